@@ -1,0 +1,118 @@
+"""Training-step speed and model FLOPs utilization (MFU) of a preset on fixed-shape batches.
+
+    python benchmarks/train_step.py --preset base [--batch 128 --length 32 --vocab-size 37000]
+
+Measures the machine's fp32 matmul peak in the same run, trains the preset with `model.fit` on
+random ids (source and target both (batch, length)) after a warm-up, and prints one JSON line.
+
+Model FLOPs per step count the matrix multiplications the model must do, forward and backward
+(x3 the forward): 2 x (encoder matmul parameters) x source tokens + 2 x (decoder matmul
+parameters + output projection) x target tokens, plus the attention score and weighted-sum
+matmuls (full T x S matrices). Embedding look-ups, softmax, LayerNorm and the optimizer are
+not counted, so MFU is the share of the measured matmul peak doing useful matrix work.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import emit, measure_matmul_peak  # noqa: E402
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_transformer import Transformer  # noqa: E402
+from keras_transformer.loss import LabelSmoothedCrossEntropy  # noqa: E402
+from keras_transformer.schedule import TransformerSchedule  # noqa: E402
+
+
+def matmul_params(layer):
+    """Number of weights in the Dense kernels of `layer` (each used once per token)."""
+    return sum(int(np.prod(w.shape)) for w in layer.weights if w.path.endswith("kernel"))
+
+
+def model_flops_per_step(model, batch, src_len, tgt_len):
+    arch = model.architecture
+    heads, dk, dv, layers = arch["num_heads"], arch["key_dim"], arch["value_dim"], arch["num_layers"]
+    vocab = model.target_vocab_size or model.vocab_size
+    src_tokens, tgt_tokens = batch * src_len, batch * tgt_len
+    forward = 2 * matmul_params(model.encoder) * src_tokens
+    forward += 2 * (matmul_params(model.decoder) + vocab * arch["d_model"]) * tgt_tokens
+    per_pair = 2 * heads * (dk + dv)  # Q K^T and weights x V, per (query, key) pair
+    forward += layers * per_pair * batch * (src_len * src_len + tgt_len * tgt_len
+                                            + tgt_len * src_len)
+    return 3 * forward
+
+
+class StepTimer(keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.times.append(time.perf_counter() - self._start)
+
+    def on_train_begin(self, logs=None):
+        self.times = []
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--batch", type=int, default=128, help="sentences per batch")
+    parser.add_argument("--length", type=int, default=32, help="source and target length")
+    parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
+    parser.add_argument("--steps", type=int, default=5, help="timed steps")
+    parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
+    args = parser.parse_args(argv)
+
+    peak = measure_matmul_peak()
+    keras.utils.set_random_seed(0)
+    model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
+    model.compile(
+        optimizer=keras.optimizers.Adam(
+            TransformerSchedule(model.d_model), beta_1=0.9, beta_2=0.98, epsilon=1e-9
+        ),
+        loss=LabelSmoothedCrossEntropy(0.1),
+        jit_compile=args.xla,
+    )
+    shape = (args.batch, args.length)
+    rng = np.random.default_rng(0)
+    src, tgt_in, labels = (rng.integers(1, args.vocab_size, shape).astype("int32")
+                           for _ in range(3))
+    dataset = tf.data.Dataset.from_tensors(((src, tgt_in), labels)).repeat()
+
+    model.fit(dataset, steps_per_epoch=args.warmup_steps, epochs=1, verbose=0, shuffle=False)
+    timer = StepTimer()
+    start = time.perf_counter()
+    model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=[timer],
+              shuffle=False)
+    wall = time.perf_counter() - start
+
+    step_s = statistics.median(timer.times)
+    flops = model_flops_per_step(model, args.batch, args.length, args.length)
+    emit({
+        "benchmark": "train_step",
+        "preset": args.preset,
+        "params": model.count_params(),
+        "batch": args.batch,
+        "length": args.length,
+        "vocab_size": args.vocab_size,
+        "xla": args.xla,
+        "steps": args.steps,
+        "step_s": round(step_s, 4),
+        "wall_s": round(wall, 2),
+        "tokens_per_s": round(2 * args.batch * args.length / step_s, 1),
+        "model_flops_per_step": flops,
+        "achieved_gflops": round(flops / step_s / 1e9, 1),
+        "peak_gflops": round(peak, 1),
+        "mfu": round(flops / step_s / 1e9 / peak, 3),
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Scaled dot-product attention and multi-head attention (paper Section 3.2).
+
+One implementation serves training and incremental decoding: `MultiHeadAttention` takes an
+optional fixed-size key/value cache that it updates at an index, so step-by-step decoding runs
+the same code as the full forward pass.
+
+Mask convention (everywhere in this package): boolean, True = may attend. A padding mask has
+shape (B, S) and masks keys only; an attention mask has shape (B, T, S). Both broadcast over
+heads.
+"""
+
+import math
+
+import keras
+from keras import ops
+
+
+def large_negative(dtype):
+    """A finite value that drives softmax to zero without overflowing `dtype`."""
+    return -3e4 if keras.backend.standardize_dtype(dtype) == "float16" else -1e9
+
+
+def _expand_mask(mask):
+    """(B, S) or (B, T, S) boolean mask -> (B, 1, T or 1, S), broadcastable over heads."""
+    mask = ops.cast(mask, "bool")
+    if len(mask.shape) == 2:
+        return mask[:, None, None, :]
+    if len(mask.shape) == 3:
+        return mask[:, None, :, :]
+    raise ValueError(
+        f"Attention mask must have rank 2 (B, S) or 3 (B, T, S); got shape {mask.shape}."
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class ScaledDotProductAttention(keras.layers.Layer):
+    """softmax(Q K^T / sqrt(d_k)) V with boolean masking.
+
+    The layer has no weights. The softmax is computed in float32 whatever the compute dtype
+    (so mixed precision stays stable), then cast back.
+
+    Args:
+        dropout: dropout rate on the attention weights (the paper uses none: 0.0).
+
+    Call arguments:
+        query: (B, H, T, d_k).
+        key: (B, H, S, d_k).
+        value: (B, H, S, d_v).
+        attention_mask: optional boolean mask, (B, S) or (B, T, S); True = may attend.
+        training: whether dropout is active.
+
+    Returns:
+        (output (B, H, T, d_v), weights (B, H, T, S)).
+
+    References:
+        Vaswani et al., 2017, Eq. 1.
+    """
+
+    def __init__(self, dropout=0.0, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout={dropout} must be in [0, 1).")
+        self.dropout = dropout
+        self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def call(self, query, key, value, attention_mask=None, training=None):
+        d_k = query.shape[-1]
+        # Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+        query = query * ops.cast(1.0 / math.sqrt(d_k), query.dtype)
+        scores = ops.einsum("bhtd,bhsd->bhts", query, key)  # (B, H, T, S)
+        scores = ops.cast(scores, "float32")
+        if attention_mask is not None:
+            scores = ops.where(_expand_mask(attention_mask), scores, large_negative("float32"))
+        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        weights = self.dropout_layer(weights, training=training)
+        output = ops.einsum("bhts,bhsd->bhtd", weights, value)  # (B, H, T, d_v)
+        return output, weights
+
+    def get_config(self):
+        return {**super().get_config(), "dropout": self.dropout}
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class MultiHeadAttention(keras.layers.Layer):
+    """Multi-head attention with an optional key/value cache for incremental decoding.
+
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+    head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
+
+    The number of heads, d_k and d_v are independent (Table 3 rows A and B).
+
+    Args:
+        num_heads: h.
+        key_dim: d_k, the size of each query/key head.
+        value_dim: d_v, the size of each value head (default: key_dim).
+        output_dim: size of the output (default: the query's last dimension, d_model).
+        dropout: dropout on the attention weights (paper: 0.0).
+        use_bias: whether the projections have biases.
+
+    Call arguments:
+        query: (B, T, d_model).
+        value: (B, S, d_model), the sequence attended to; defaults to `query` (self-attention).
+            Ignored when a cross-attention cache (keys/values precomputed) is passed.
+        attention_mask: boolean, (B, S) or (B, T, S); True = may attend.
+        cache: optional tuple `(keys, values)` of shapes (B, H, L, d_k) and (B, H, L, d_v).
+            With `cache_index`, the keys/values of `query` are written into the cache at
+            positions `cache_index .. cache_index + T - 1` and attention runs over the whole
+            cache (self-attention decoding; pass a mask hiding the positions not yet written).
+            Without `cache_index`, the cache is used as is (precomputed cross-attention
+            keys/values, see `compute_key_value`).
+        cache_index: int scalar tensor, where to write into the cache.
+        return_attention_scores: also return the attention weights (B, H, T, S).
+        training: whether dropout is active.
+
+    Returns:
+        `output` (B, T, output_dim); followed by the weights if `return_attention_scores`,
+        followed by the updated cache if a cache was passed.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        key_dim,
+        value_dim=None,
+        output_dim=None,
+        dropout=0.0,
+        use_bias=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        for name, value in (("num_heads", num_heads), ("key_dim", key_dim)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}={value!r} must be a positive integer.")
+        if value_dim is not None and (not isinstance(value_dim, int) or value_dim <= 0):
+            raise ValueError(f"value_dim={value_dim!r} must be a positive integer or None.")
+        self.num_heads = num_heads
+        self.key_dim = key_dim
+        self.value_dim = value_dim or key_dim
+        self.output_dim = output_dim
+        self.dropout = dropout
+        self.use_bias = use_bias
+        self.attention = ScaledDotProductAttention(
+            dropout, dtype=self.dtype_policy, name="scaled_dot_product_attention"
+        )
+
+    def build(self, query_shape):
+        # Keys and values are projected from sequences of the same width as the query
+        # (d_model), as everywhere in the Transformer.
+        d_model = query_shape[-1]
+        value_dim_in = d_model
+        output_dim = self.output_dim or d_model
+
+        def dense(units, name, input_dim):
+            layer = keras.layers.Dense(
+                units, use_bias=self.use_bias, dtype=self.dtype_policy, name=name,
+                kernel_initializer="glorot_uniform",
+            )
+            layer.build((None, None, input_dim))
+            return layer
+
+        h = self.num_heads
+        self.query_dense = dense(h * self.key_dim, "query", d_model)
+        self.key_dense = dense(h * self.key_dim, "key", value_dim_in)
+        self.value_dense = dense(h * self.value_dim, "value", value_dim_in)
+        self.output_dense = dense(output_dim, "output", h * self.value_dim)
+
+    def _split_heads(self, x, head_dim):
+        # (B, T, H * D) -> (B, H, T, D)
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        x = ops.reshape(x, (batch, length, self.num_heads, head_dim))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def compute_key_value(self, value):
+        """Projects `value` (B, S, d_model) into per-head keys and values.
+
+        Used once per sentence for encoder-decoder attention during decoding.
+
+        Returns:
+            (keys (B, H, S, d_k), values (B, H, S, d_v)).
+        """
+        keys = self._split_heads(self.key_dense(value), self.key_dim)
+        values = self._split_heads(self.value_dense(value), self.value_dim)
+        return keys, values
+
+    def call(
+        self,
+        query,
+        value=None,
+        attention_mask=None,
+        cache=None,
+        cache_index=None,
+        return_attention_scores=False,
+        training=None,
+    ):
+        queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B, H, T, d_k)
+        if cache is not None and cache_index is None:
+            keys, values = cache  # precomputed cross-attention keys/values
+        else:
+            keys, values = self.compute_key_value(query if value is None else value)
+            if cache is not None:
+                keys = update_cache(cache[0], keys, cache_index)
+                values = update_cache(cache[1], values, cache_index)
+                cache = (keys, values)
+
+        output, weights = self.attention(
+            queries, keys, values, attention_mask=attention_mask, training=training
+        )  # (B, H, T, d_v)
+        output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
+        batch, length = ops.shape(output)[0], ops.shape(output)[1]
+        output = ops.reshape(output, (batch, length, self.num_heads * self.value_dim))
+        output = self.output_dense(output)
+
+        results = (output,)
+        if return_attention_scores:
+            results += (weights,)
+        if cache is not None:
+            results += (cache,)
+        return results[0] if len(results) == 1 else results
+
+    def compute_output_shape(self, query_shape):
+        return tuple(query_shape[:-1]) + (self.output_dim or query_shape[-1],)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "num_heads": self.num_heads,
+            "key_dim": self.key_dim,
+            "value_dim": self.value_dim,
+            "output_dim": self.output_dim,
+            "dropout": self.dropout,
+            "use_bias": self.use_bias,
+        }
+
+
+def update_cache(cache, update, index):
+    """Writes `update` (B, H, T, D) into `cache` (B, H, L, D) at positions index..index+T-1."""
+    zero = ops.zeros((), "int32")
+    index = ops.cast(index, "int32")
+    return ops.slice_update(cache, (zero, zero, index, zero), ops.cast(update, cache.dtype))

@@ -1,0 +1,67 @@
+"""Label-smoothed cross-entropy that ignores padding (paper Section 5.4)."""
+
+import keras
+from keras import ops
+
+from keras_transformer.model import PAD_ID
+
+
+def smoothed_token_losses(labels, logits, label_smoothing):
+    """Per-token cross-entropy against the smoothed target distribution.
+
+    q = (1 - eps) * onehot(y) + eps / V (uniform over the whole vocabulary), so
+
+        -sum_j q_j log p_j = (1 - eps) * (lse - z_y) + eps * (lse - mean_j z_j)
+
+    with lse = logsumexp(z). Computed from the logits without building a (B, T, V) one-hot.
+
+    Args:
+        labels: int (B, T).
+        logits: (B, T, V).
+        label_smoothing: eps in [0, 1).
+
+    Returns:
+        float32 (B, T) losses (padding positions included; mask them yourself).
+    """
+    logits = ops.cast(logits, "float32")
+    lse = ops.logsumexp(logits, axis=-1)  # (B, T)
+    labels = ops.cast(labels, "int32")
+    target_logit = ops.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    nll = lse - target_logit
+    if not label_smoothing:
+        return nll
+    smooth = lse - ops.mean(logits, axis=-1)
+    return (1.0 - label_smoothing) * nll + label_smoothing * smooth
+
+
+@keras.saving.register_keras_serializable(package="keras_transformer")
+class LabelSmoothedCrossEntropy(keras.losses.Loss):
+    """Mean label-smoothed cross-entropy over the non-padding target tokens of a batch.
+
+    Args:
+        label_smoothing: eps_ls (paper: 0.1).
+        padding_id: label id that carries no loss (0).
+
+    Call arguments:
+        y_true: int labels (B, T); `padding_id` marks padding.
+        y_pred: logits (B, T, V).
+    """
+
+    def __init__(self, label_smoothing=0.1, padding_id=PAD_ID, name="label_smoothed_ce", **kwargs):
+        super().__init__(name=name, **kwargs)
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1).")
+        self.label_smoothing = label_smoothing
+        self.padding_id = padding_id
+
+    def call(self, y_true, y_pred):
+        losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing)
+        mask = ops.cast(ops.not_equal(y_true, self.padding_id), "float32")
+        return ops.sum(losses * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "label_smoothing": self.label_smoothing,
+            "padding_id": self.padding_id,
+        }

@@ -1,0 +1,36 @@
+"""Installs keras-transformer: the Transformer of "Attention Is All You Need" in Keras 3."""
+
+from setuptools import find_packages, setup
+
+# Pinned, mutually compatible versions (checked together on Python 3.11, CPU).
+INSTALL_REQUIRES = [
+    "tensorflow==2.21.0",
+    "keras==3.15.1",
+    "tensorflow-text==2.21.1",
+    "tensorflow-datasets==4.9.10",
+    "sacrebleu==2.6.0",
+    "sentencepiece==0.2.3",
+    "numpy>=1.26,<3",
+    "pyyaml==6.0.3",
+    "tqdm==4.70.1",
+    "matplotlib==3.11.2",
+]
+
+EXTRAS_REQUIRE = {
+    "dev": ["pytest==9.2.0"],
+}
+
+setup(
+    name="keras-transformer",
+    version="0.1.0",
+    description="The Transformer (Vaswani et al., 2017) as Keras 3 layers, with tf.data "
+    "pipelines, model.fit training, cached beam search and export.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["keras_transformer", "keras_transformer.*", "pipelines", "pipelines.*"]),
+    python_requires=">=3.10,<3.13",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={"console_scripts": ["keras-transformer=keras_transformer.cli:main"]},
+    license="Apache-2.0",
+)

@@ -1,0 +1,72 @@
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer import PRESETS, Transformer, get_preset
+
+VOCAB = 37000
+_counts = {}
+
+
+def params(name):
+    if name not in _counts:
+        model = Transformer.from_preset(name, vocab_size=VOCAB)
+        model.build()
+        _counts[name] = model.count_params()
+    return _counts[name] / 1e6
+
+
+def test_base_and_big_match_the_paper():
+    assert 60 <= params("base") <= 66  # paper: 65M
+    assert 205 <= params("big") <= 216  # paper: 213M
+
+
+# Table 3 parameter counts (millions) and the tolerance around the paper's change from base.
+TABLE3 = {
+    "base-b-dk16": 58, "base-b-dk32": 60, "base-c-n2": 36, "base-c-n4": 50, "base-c-n8": 80,
+    "base-c-d256": 28, "base-c-d1024": 168, "base-c-ff1024": 53, "base-c-ff4096": 90,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TABLE3))
+def test_table3_variants_move_like_the_paper(name):
+    paper_change = TABLE3[name] - 65
+    our_change = params(name) - params("base")
+    assert our_change * paper_change > 0  # same direction
+    assert abs(our_change - paper_change) <= 0.25 * abs(paper_change) + 3
+
+
+@pytest.mark.parametrize("name", ["base-a-h1", "base-a-h4", "base-a-h16", "base-a-h32",
+                                  "base-d-drop0", "base-d-ls0.2"])
+def test_variants_with_unchanged_size(name):
+    assert params(name) == pytest.approx(params("base"))
+
+
+def test_table3_settings_are_configuration():
+    assert get_preset("base-a-h16")["model"]["num_heads"] == 16
+    assert get_preset("base-b-dk16")["model"]["key_dim"] == 16
+    assert get_preset("base-d-ls0.2")["training"]["label_smoothing"] == 0.2
+    assert get_preset("base-e-learned")["model"]["positional"] == "learned"
+    assert get_preset("big")["model"]["dropout"] == 0.3
+    # Presets are data: get_preset hands out copies.
+    get_preset("base")["model"]["d_model"] = 1
+    assert PRESETS["base"]["model"]["d_model"] == 512
+
+
+def test_params_command_prints_the_count_last():
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "params", "--preset", "base",
+         "--vocab-size", str(VOCAB)],
+        capture_output=True, text=True, check=True,
+    )
+    assert int(result.stdout.strip().splitlines()[-1]) == round(params("base") * 1e6)
+
+
+def test_params_command_rejects_unknown_preset():
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "params", "--preset", "huge"],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 2
+    assert "Unknown preset 'huge'" in result.stderr
