@@ -8,6 +8,7 @@ INSTALL_REQUIRES = [
     "keras==3.15.1",
     "tensorflow-text==2.21.1",
     "tensorflow-datasets==4.9.10",
+    "importlib_resources==6.5.2",  # used by tensorflow-datasets, not declared by it
     "sacrebleu==2.6.0",
     "sentencepiece==0.2.3",
     "numpy>=1.26,<3",

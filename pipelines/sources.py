@@ -1,0 +1,177 @@
+"""Sources: tf.data datasets of (source text, target text) string pairs.
+
+- `parallel_text(src, tgt)`: a user's own corpus, two line-aligned files (plain or .gz);
+- `multi30k(split, src_lang, tgt_lang)`: the registered tfds builder in `pipelines.multi30k`;
+- `wmt14(split, src_lang, tgt_lang)`: tensorflow-datasets' own `wmt14_translate` builders.
+
+Every source checks its input before training starts: a missing file, files of different line
+counts or invalid UTF-8 raise a `DataError` that names the file (and line); empty pairs are
+skipped and counted.
+"""
+
+import dataclasses
+import gzip
+import logging
+import os
+import pathlib
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file, line or value and says what to do."""
+
+
+@dataclasses.dataclass
+class SourceStats:
+    """What a source read: pairs kept, and pairs skipped because a side was empty."""
+
+    pairs: int = 0
+    empty_skipped: int = 0
+
+
+def _open_text(path):
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise DataError(f"File not found: {path}")
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def check_parallel_files(src_path, tgt_path):
+    """Streams both files once: equal line counts, valid UTF-8, empty pairs counted.
+
+    Returns:
+        SourceStats.
+
+    Raises:
+        DataError naming the file, the line or both line counts.
+    """
+    stats = SourceStats()
+    counts = []
+    with _open_text(src_path) as src, _open_text(tgt_path) as tgt:
+        for name, handle in ((src_path, src), (tgt_path, tgt)):
+            counts.append(0)
+        line = 0
+        while True:
+            src_line, tgt_line = src.readline(), tgt.readline()
+            if not src_line and not tgt_line:
+                break
+            if not src_line or not tgt_line:
+                # One file ended early: count the rest of the longer one for the message.
+                longer = tgt if not src_line else src
+                rest = 1 + sum(1 for _ in longer)
+                n_src = line + (rest if src_line else 0)
+                n_tgt = line + (rest if tgt_line else 0)
+                raise DataError(
+                    f"Parallel files have different line counts: {src_path} has {n_src} lines, "
+                    f"{tgt_path} has {n_tgt}. Line i of one must translate line i of the other."
+                )
+            line += 1
+            texts = []
+            for path, raw in ((src_path, src_line), (tgt_path, tgt_line)):
+                try:
+                    texts.append(raw.decode("utf-8"))
+                except UnicodeDecodeError as error:
+                    raise DataError(
+                        f"{path}, line {line}: invalid UTF-8 ({error.reason} at byte "
+                        f"{error.start}). Convert the file to UTF-8 (e.g. with iconv)."
+                    ) from None
+            if texts[0].strip() and texts[1].strip():
+                stats.pairs += 1
+            else:
+                stats.empty_skipped += 1
+    return stats
+
+
+def _lines(path):
+    compression = "GZIP" if str(path).endswith(".gz") else ""
+    return tf.data.TextLineDataset(str(path), compression_type=compression)
+
+
+def _strip_pair(src, tgt):
+    return tf.strings.strip(src), tf.strings.strip(tgt)
+
+
+def drop_empty_pairs():
+    """Dataset -> Dataset: removes pairs where either side is empty after stripping."""
+
+    def apply(dataset):
+        return dataset.map(_strip_pair).filter(
+            lambda src, tgt: tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0)
+        )
+
+    return apply
+
+
+def parallel_text(src_path, tgt_path, check=True):
+    """A user's parallel corpus as (source, target) string pairs.
+
+    Args:
+        src_path, tgt_path: line-aligned UTF-8 files, plain or gzip (.gz).
+        check: stream both files once first (line counts, UTF-8, empty pairs).
+
+    Returns:
+        (dataset, SourceStats or None).
+    """
+    stats = check_parallel_files(src_path, tgt_path) if check else None
+    if stats and stats.empty_skipped:
+        log.warning("%s / %s: skipping %d pairs with an empty side (%d pairs kept)",
+                    src_path, tgt_path, stats.empty_skipped, stats.pairs)
+    dataset = tf.data.Dataset.zip((_lines(src_path), _lines(tgt_path)))
+    return dataset.apply(drop_empty_pairs()), stats
+
+
+def default_multi30k_dir():
+    """The local Multi30k raw files: $MULTI30K_DIR, else ../shared/data/multi30k if present."""
+    candidates = [os.environ.get("MULTI30K_DIR")]
+    here = pathlib.Path(__file__).resolve().parents[1]
+    candidates += [pathlib.Path.cwd().parent / "shared/data/multi30k",
+                   here.parent / "shared/data/multi30k"]
+    for candidate in candidates:
+        if candidate and pathlib.Path(candidate).is_dir():
+            return pathlib.Path(candidate)
+    return None
+
+
+def multi30k(split, src_lang="en", tgt_lang="de", data_dir=None, source_dir=None):
+    """Multi30k task 1 through its tfds builder (prepared on first use).
+
+    Args:
+        split: "train", "val" or "test2016".
+        src_lang, tgt_lang: two of "en", "de", "fr".
+        data_dir: where tfds keeps prepared datasets (tfds default when None).
+        source_dir: folder with the raw `{split}.{lang}.gz` files; default
+            `default_multi30k_dir()`, else the files are downloaded from their public URL.
+    """
+    from pipelines.multi30k import LANGUAGES, Multi30k
+
+    for lang in (src_lang, tgt_lang):
+        if lang not in LANGUAGES:
+            raise DataError(f"Multi30k has no language {lang!r}; choose from {LANGUAGES}.")
+    builder = Multi30k(data_dir=data_dir, source_dir=source_dir or default_multi30k_dir())
+    builder.download_and_prepare()
+    dataset = builder.as_dataset(split=split, shuffle_files=False)
+    return dataset.map(lambda ex: (ex[src_lang], ex[tgt_lang])).apply(drop_empty_pairs())
+
+
+WMT14_PAIRS = {"de", "fr"}
+
+
+def wmt14(split, src_lang="en", tgt_lang="de", data_dir=None, download=True):
+    """WMT 2014 through tensorflow-datasets' `wmt14_translate/{de,fr}-en` builders.
+
+    Splits: "train", "validation" (newstest2013), "test" (newstest2014). Either direction.
+    """
+    import tensorflow_datasets as tfds
+
+    other = ({src_lang, tgt_lang} - {"en"})
+    if "en" not in (src_lang, tgt_lang) or len(other) != 1 or not other <= WMT14_PAIRS:
+        raise DataError(
+            f"WMT14 pairs are en-de and en-fr (either direction); got {src_lang}-{tgt_lang}."
+        )
+    name = f"wmt14_translate/{other.pop()}-en"
+    dataset = tfds.load(name, split=split, data_dir=data_dir, download=download,
+                        shuffle_files=split == "train")
+    return dataset.map(lambda ex: (ex[src_lang], ex[tgt_lang])).apply(drop_empty_pairs())
