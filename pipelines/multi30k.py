@@ -25,8 +25,6 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
     """Multi30k task 1: image captions in en, de and fr, aligned line by line."""
 
     VERSION = tfds.core.Version("1.0.0")
-    # Keep the files' order: hypotheses of val/test line up with the raw references.
-    disable_shuffling = True
     RELEASE_NOTES = {"1.0.0": "Raw (cased, untokenized) task 1 text."}
 
     def __init__(self, *, source_dir=None, **kwargs):
@@ -42,6 +40,8 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
             ),
             homepage="https://github.com/multi30k/dataset",
             citation=_CITATION,
+            # Keep the files' order: hypotheses of val/test line up with the raw references.
+            disable_shuffling=True,
         )
 
     def _split_generators(self, dl_manager):

@@ -37,14 +37,27 @@ class SubwordTokenizer(tf.Module):
         model_proto: the serialized sentencepiece model (bytes).
 
     The methods are tf.functions with fixed signatures, so a SavedModel that holds this module
-    tokenizes in-graph.
+    tokenizes in-graph. The tensorflow-text op is created inside each traced function rather
+    than once eagerly: tensorflow-text's sentencepiece resource is owned by an eager kernel and
+    vanishes when `tf.random.set_seed` (or `keras.utils.set_random_seed`) clears the eager
+    caches; a graph-owned one does not.
     """
 
     def __init__(self, model_proto, name=None):
+        import sentencepiece as spm
+
         super().__init__(name=name)
-        self.model_proto = model_proto
-        self._tokenizer = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
-        self.vocab_size = int(self._tokenizer.vocab_size())
+        self.model_proto = bytes(model_proto)
+        processor = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        self.vocab_size = processor.get_piece_size()
+        for expected, actual, what in ((PAD_ID, processor.pad_id(), "pad"),
+                                       (BOS_ID, processor.bos_id(), "bos"),
+                                       (EOS_ID, processor.eos_id(), "eos")):
+            if expected != actual:
+                raise ValueError(
+                    f"Sentencepiece model has {what}_id={actual}, expected {expected}: train it "
+                    "with `train_tokenizer` (or pad_id=0, bos_id=1, eos_id=2, unk_id=3)."
+                )
 
     @classmethod
     def load(cls, path):
@@ -53,15 +66,18 @@ class SubwordTokenizer(tf.Module):
             raise FileNotFoundError(f"Tokenizer model not found: {path}")
         return cls(path.read_bytes())
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    def _op(self):
+        return tf_text.SentencepieceTokenizer(model=self.model_proto, out_type=tf.int32)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def tokenize(self, texts):
         """(N,) strings -> ragged (N, None) int32 ids, without BOS/EOS."""
-        return self._tokenizer.tokenize(texts)
+        return self._op().tokenize(texts)
 
-    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32)])
+    @tf.function(input_signature=[tf.RaggedTensorSpec([None, None], tf.int32)], autograph=False)
     def detokenize(self, ids):
         """Ragged (N, None) ids -> (N,) strings. PAD, BOS and EOS decode to nothing."""
-        return self._tokenizer.detokenize(ids)
+        return self._op().detokenize(ids)
 
     def detokenize_dense(self, ids):
         """(N, T) ids, possibly padded, cut at the first EOS -> (N,) strings."""
@@ -70,8 +86,10 @@ class SubwordTokenizer(tf.Module):
         ids = tf.where(keep > 0, PAD_ID, ids)
         return self.detokenize(tf.RaggedTensor.from_tensor(ids, padding=PAD_ID))
 
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32)], autograph=False)
     def id_to_piece(self, ids):
-        return self._tokenizer.id_to_string(ids)
+        """(N,) ids -> (N,) piece strings (for attention pictures and debugging)."""
+        return self._op().id_to_string(ids)
 
 
 def _fingerprint(settings, files):

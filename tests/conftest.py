@@ -17,7 +17,7 @@ def _seed():
     keras.utils.set_random_seed(1234)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def shared_data():
     """Path to ../shared/data; a test needing it skips without it, and fails under CI=true."""
     if not SHARED_DATA.is_dir():

@@ -1,0 +1,102 @@
+import gzip
+import logging
+
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from pipelines import sources
+from pipelines.sources import DataError
+
+
+def write(path, lines, raw=None):
+    data = raw if raw is not None else ("\n".join(lines) + "\n").encode("utf-8")
+    if str(path).endswith(".gz"):
+        with gzip.open(path, "wb") as handle:
+            handle.write(data)
+    else:
+        path.write_bytes(data)
+    return path
+
+
+def decoded(dataset):
+    return [(s.decode(), t.decode()) for s, t in dataset.as_numpy_iterator()]
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_parallel_text_reads_plain_and_gzip(tmp_path, suffix):
+    src = write(tmp_path / f"a.en{suffix}", ["a dog", "  two cats ", "a bird"])
+    tgt = write(tmp_path / f"a.de{suffix}", ["ein Hund", "zwei Katzen", "ein Vogel"])
+    dataset, stats = sources.parallel_text(src, tgt)
+    assert decoded(dataset) == [("a dog", "ein Hund"), ("two cats", "zwei Katzen"),
+                                ("a bird", "ein Vogel")]
+    assert stats.pairs == 3 and stats.empty_skipped == 0
+
+
+def test_different_line_counts_name_both_files_and_counts(tmp_path):
+    src = write(tmp_path / "train.en", ["a", "b", "c", "d"])
+    tgt = write(tmp_path / "train.de", ["a", "b", "c"])
+    with pytest.raises(DataError) as error:
+        sources.parallel_text(src, tgt)
+    message = str(error.value)
+    assert f"{src} has 4 lines" in message and f"{tgt} has 3" in message
+
+
+def test_missing_file_is_named(tmp_path):
+    src = write(tmp_path / "train.en", ["a"])
+    with pytest.raises(DataError, match="File not found: .*missing.de"):
+        sources.parallel_text(src, tmp_path / "missing.de")
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    src = write(tmp_path / "train.en", ["fine", "also fine", "bad"])
+    tgt = write(tmp_path / "train.de", None, raw=b"gut\nauch gut\nschlecht \xff\xfe\n")
+    with pytest.raises(DataError, match=r"train\.de, line 3: invalid UTF-8"):
+        sources.parallel_text(src, tgt)
+
+
+def test_empty_lines_are_skipped_and_counted(tmp_path, caplog):
+    src = write(tmp_path / "train.en", ["one", "", "three", "four", "   "])
+    tgt = write(tmp_path / "train.de", ["eins", "zwei", "", "vier", "fünf"])
+    with caplog.at_level(logging.WARNING):
+        dataset, stats = sources.parallel_text(src, tgt)
+    assert decoded(dataset) == [("one", "eins"), ("four", "vier")]
+    assert (stats.pairs, stats.empty_skipped) == (2, 3)
+    assert "skipping 3 pairs with an empty side" in caplog.text
+
+
+def test_multi30k_builder_reads_the_local_files(tmp_path, shared_data):
+    expected = {"train": 29000, "val": 1014, "test2016": 1000}
+    for split, count in expected.items():
+        pairs = sources.multi30k(split, "en", "de", data_dir=tmp_path,
+                                 source_dir=shared_data / "multi30k")
+        assert sum(1 for _ in pairs) == count
+    # Same order as the raw files, in every language.
+    for lang in ("de", "fr"):
+        first = next(iter(sources.multi30k("val", "en", lang, data_dir=tmp_path)))
+        with gzip.open(shared_data / "multi30k" / f"val.{lang}.gz", "rt", encoding="utf-8") as f:
+            assert first[1].numpy().decode() == f.readline().strip()
+    with pytest.raises(DataError, match="no language 'cs'"):
+        sources.multi30k("val", "en", "cs", data_dir=tmp_path)
+
+
+def test_wmt14_goes_through_the_tfds_builder_with_mock_data():
+    # tfds.testing.mock_data: the real wmt14_translate builder and its metadata, with generated
+    # examples instead of the (unreachable) download.
+    with tfds.testing.mock_data(num_examples=6):
+        de_en = decoded(sources.wmt14("validation", "de", "en"))
+        en_de = decoded(sources.wmt14("validation", "en", "de"))
+    assert len(de_en) == len(en_de) == 6
+    assert [(t, s) for s, t in de_en] == en_de  # either direction of the same builder
+    assert tfds.builder("wmt14_translate/fr-en").info.features["fr"] is not None
+    with pytest.raises(DataError, match="en-de and en-fr"):
+        sources.wmt14("train", "de", "fr")
+
+
+def test_real_newstest_files_through_the_text_source(shared_data):
+    folder = shared_data / "newstest"
+    dataset, stats = sources.parallel_text(folder / "newstest2013.en-de.en",
+                                           folder / "newstest2013.en-de.de")
+    assert stats.pairs + stats.empty_skipped == 3000
+    assert sum(1 for _ in dataset) == stats.pairs
+    assert isinstance(next(iter(dataset))[0], tf.Tensor)
