@@ -10,6 +10,7 @@ INSTALL_REQUIRES = [
     "tensorflow-datasets==4.9.10",
     "importlib_resources==6.5.2",  # used by tensorflow-datasets, not declared by it
     "sacrebleu==2.6.0",
+    "tensorboard==2.21.0",
     "sentencepiece==0.2.3",
     "numpy>=1.26,<3",
     "pyyaml==6.0.3",

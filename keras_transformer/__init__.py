@@ -3,6 +3,7 @@
 import os
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from keras_transformer import layers  # noqa: E402
 from keras_transformer.model import PAD_ID, Transformer  # noqa: E402

@@ -1,9 +1,18 @@
 """Label-smoothed cross-entropy that ignores padding (paper Section 5.4)."""
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_transformer.model import PAD_ID
+
+
+def global_token_count(local_count):
+    """Non-padding tokens of the whole global batch: summed over replicas under tf.distribute."""
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return local_count
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, local_count)
 
 
 def smoothed_token_losses(labels, logits, label_smoothing):
@@ -38,6 +47,11 @@ def smoothed_token_losses(labels, logits, label_smoothing):
 class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Mean label-smoothed cross-entropy over the non-padding target tokens of a batch.
 
+    Under tf.distribute the mean is over the tokens of the *global* batch (the token count is
+    summed across replicas), so replicas holding different numbers of tokens train exactly like
+    one device on the whole batch. (Keras divides each replica's loss by the replica count and
+    sums the gradients; the `* num_replicas` below undoes that division.)
+
     Args:
         label_smoothing: eps_ls (paper: 0.1).
         padding_id: label id that carries no loss (0).
@@ -57,7 +71,10 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing)
         mask = ops.cast(ops.not_equal(y_true, self.padding_id), "float32")
-        return ops.sum(losses * mask) / ops.maximum(ops.sum(mask), 1.0)
+        context = tf.distribute.get_replica_context()
+        replicas = 1 if context is None else context.num_replicas_in_sync
+        total = global_token_count(ops.sum(mask))
+        return ops.sum(losses * mask) * float(replicas) / ops.maximum(total, 1.0)
 
     def get_config(self):
         return {

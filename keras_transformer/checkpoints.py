@@ -1,0 +1,94 @@
+"""Checkpoints: periodic saving (by time and/or steps), resume, and checkpoint averaging.
+
+Checkpoints are TensorFlow object checkpoints (`tf.train.Checkpoint`) of the model and the
+optimizer (weights, Adam moments, step). TensorFlow writes each one under a temporary name and
+renames it, and the `checkpoint` index file only names finished ones, so a run killed mid-save
+resumes from the last complete checkpoint.
+"""
+
+import logging
+import pathlib
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+def checkpoint_dir(run_dir):
+    return pathlib.Path(run_dir) / "checkpoints"
+
+
+def make_manager(model, optimizer, directory, keep):
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=keep)
+    return checkpoint, manager
+
+
+class PeriodicCheckpoint(keras.callbacks.Callback):
+    """Saves every `minutes` of training and/or every `steps` optimizer steps, and at the end.
+
+    Args:
+        manager: a `tf.train.CheckpointManager` (keeps the last K).
+        step_fn: returns the current optimizer step (an int).
+        minutes: wall-clock interval (paper: 10); None to save by steps only.
+        steps: step interval; None to save by time only.
+    """
+
+    def __init__(self, manager, step_fn, minutes=10.0, steps=None):
+        super().__init__()
+        self.manager, self.step_fn = manager, step_fn
+        self.minutes, self.steps = minutes, steps
+        self.last_time = time.monotonic()
+        self.last_step = None
+
+    def save(self, reason):
+        step = self.step_fn()
+        if step == self.last_step:
+            return
+        path = self.manager.save(checkpoint_number=step)
+        self.last_step, self.last_time = step, time.monotonic()
+        log.info("checkpoint %s (step %d, %s)", path, step, reason)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_fn()
+        if self.steps and step % self.steps == 0:
+            self.save(f"every {self.steps} steps")
+        elif self.minutes and time.monotonic() - self.last_time >= 60 * self.minutes:
+            self.save(f"every {self.minutes:g} minutes")
+
+    def on_train_end(self, logs=None):
+        self.save("end of training")
+
+
+def average_checkpoints(model, paths):
+    """Sets `model`'s weights to the element-wise mean of its weights in `paths`.
+
+    Only the model is read from each checkpoint (optimizer state is ignored).
+    """
+    if not paths:
+        raise ValueError("No checkpoints to average.")
+    checkpoint = tf.train.Checkpoint(model=model)
+    total = None
+    for path in paths:
+        checkpoint.restore(str(path)).expect_partial().assert_existing_objects_matched()
+        weights = [w.astype(np.float64) for w in model.get_weights()]
+        total = weights if total is None else [t + w for t, w in zip(total, weights)]
+    mean = [(t / len(paths)) for t in total]
+    model.set_weights([m.astype(w.dtype) for m, w in zip(mean, model.get_weights())])
+    return model
+
+
+def latest_checkpoints(run_dir, last):
+    """Paths of the last `last` checkpoints of a run, oldest first."""
+    directory = checkpoint_dir(run_dir)
+    state = tf.train.get_checkpoint_state(str(directory))
+    if state is None or not state.all_model_checkpoint_paths:
+        raise ValueError(f"No checkpoints found in {directory}.")
+    paths = list(state.all_model_checkpoint_paths)
+    if last > len(paths):
+        log.warning("Asked to average %d checkpoints; %s has only %d.", last, directory,
+                    len(paths))
+    return paths[-last:]
