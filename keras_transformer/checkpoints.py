@@ -21,8 +21,34 @@ def checkpoint_dir(run_dir):
     return pathlib.Path(run_dir) / "checkpoints"
 
 
+def model_variables(model):
+    """{path inside the model: tf.Variable} for every weight of `model`.
+
+    Keras 3 keeps lists of sublayers (a stack's layers) and the optimizer's slot lists out of
+    TensorFlow's object graph, so `tf.train.Checkpoint(model=model)` would silently save only
+    some weights. Checkpoints therefore name every variable explicitly, by its Keras path
+    without the model's own (auto-numbered) name.
+    """
+    variables = {}
+    for weight in model.weights:
+        key = weight.path.split("/", 1)[1] if "/" in weight.path else weight.path
+        if key in variables:
+            raise ValueError(f"Two model weights share the path {key!r}.")
+        variables[key] = weight.value
+    return variables
+
+
+def training_checkpoint(model, optimizer=None):
+    """A `tf.train.Checkpoint` of all model weights and, if given, all optimizer variables
+    (step, Adam moments), the latter by position (their order is fixed by the model)."""
+    if optimizer is None:
+        return tf.train.Checkpoint(model=model_variables(model))
+    return tf.train.Checkpoint(model=model_variables(model),
+                               optimizer=[v.value for v in optimizer.variables])
+
+
 def make_manager(model, optimizer, directory, keep):
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    checkpoint = training_checkpoint(model, optimizer)
     manager = tf.train.CheckpointManager(checkpoint, str(directory), max_to_keep=keep)
     return checkpoint, manager
 
@@ -70,10 +96,11 @@ def average_checkpoints(model, paths):
     """
     if not paths:
         raise ValueError("No checkpoints to average.")
-    checkpoint = tf.train.Checkpoint(model=model)
+    checkpoint = training_checkpoint(model)
     total = None
     for path in paths:
-        checkpoint.restore(str(path)).expect_partial().assert_existing_objects_matched()
+        # Every model weight must be found; the optimizer's variables are ignored.
+        checkpoint.read(str(path)).expect_partial().assert_existing_objects_matched()
         weights = [w.astype(np.float64) for w in model.get_weights()]
         total = weights if total is None else [t + w for t, w in zip(total, weights)]
     mean = [(t / len(paths)) for t in total]

@@ -137,6 +137,144 @@ def _average(args):
           f" into {output}")
 
 
+def _translator(args):
+    from keras_transformer.translate import Translator
+
+    return Translator.from_run(args.run_dir, args.model, beam_size=args.beam, alpha=args.alpha,
+                               batch_size=args.batch_size)
+
+
+def _read_lines(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read().splitlines()
+    except FileNotFoundError:
+        raise ValueError(f"Input file not found: {path}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: invalid UTF-8 at byte {error.start}") from None
+
+
+def _write_lines(path, lines):
+    import pathlib
+
+    path = pathlib.Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def _translate(args):
+    from tqdm import tqdm
+
+    translator = _translator(args)
+    if args.input:
+        sentences = _read_lines(args.input)
+        with tqdm(total=len(sentences), unit=" sentences", disable=args.output is None,
+                  file=sys.stderr) as bar:
+            results = translator.translate(sentences, nbest=args.nbest, progress=bar)
+    else:  # stdin: batched when piped, line by line when typed at a terminal
+        batch = []
+        size = 1 if sys.stdin.isatty() else args.batch_size
+        for line in sys.stdin:
+            batch.append(line)
+            if len(batch) >= size:
+                _emit(translator.translate(batch, nbest=args.nbest), args)
+                batch = []
+        if batch:
+            _emit(translator.translate(batch, nbest=args.nbest), args)
+        return
+    if args.output:
+        _write_lines(args.output, _format(results, args))
+        print(f"wrote {len(results)} translations to {args.output}", file=sys.stderr)
+    else:
+        _emit(results, args)
+
+
+def _format(results, args):
+    if not args.nbest:
+        return results
+    return [f"{i}\t{score:.4f}\t{text}" for i, hyps in enumerate(results) for text, score in hyps]
+
+
+def _emit(results, args):
+    for line in _format(results, args):
+        print(line, flush=True)
+
+
+def _evaluate(args):
+    import json
+    import pathlib
+
+    from keras_transformer.evaluation import score
+    from tqdm import tqdm
+
+    translator = _translator(args)
+    if args.src:
+        if not args.ref:
+            raise ValueError("--src needs --ref (the reference translations).")
+        sources_text, references = _read_lines(args.src), _read_lines(args.ref)
+        if len(sources_text) != len(references):
+            raise ValueError(f"{args.src} has {len(sources_text)} lines but {args.ref} has "
+                             f"{len(references)}.")
+        name = pathlib.Path(args.src).name
+    else:
+        from keras_transformer.config import TrainConfig
+        from keras_transformer.training import load_pairs
+
+        config_path = pathlib.Path(args.run_dir) / "config.json"
+        config = TrainConfig(**json.loads(config_path.read_text()))
+        pairs, _ = load_pairs(config, args.split)
+        if pairs is None:
+            raise ValueError(f"The run has no {args.split} set; pass --src and --ref.")
+        items = list(pairs.as_numpy_iterator())
+        sources_text = [s.decode("utf-8") for s, _ in items]
+        references = [t.decode("utf-8") for _, t in items]
+        name = f"{config.dataset} {args.split} {config.src_lang}-{config.tgt_lang}"
+    with tqdm(total=len(sources_text), unit=" sentences", file=sys.stderr) as bar:
+        hypotheses = translator.translate(sources_text, progress=bar)
+    output = args.output or str(pathlib.Path(args.run_dir) / f"hyp.{args.split}.beam{args.beam}.txt")
+    _write_lines(output, hypotheses)
+    result = score(hypotheses, references)
+    print(f"{name}: {len(hypotheses)} sentences, beam {args.beam}, alpha {args.alpha}; "
+          f"hypotheses in {output}")
+    for line in result.pop("lines"):
+        print(line)
+    print(json.dumps({"set": name, "beam": args.beam, "alpha": args.alpha, **result}))
+
+
+def _attention(args):
+    import pathlib
+
+    import tensorflow as tf
+
+    from keras_transformer.attention_maps import KINDS, attention_weights, plot
+
+    translator = _translator(args)
+    source = translator.encode([args.sentence])[0]
+    source_ids = tf.constant([source], tf.int32)
+    output = translator._search(source_ids)["ids"][:, 0]
+    weights = attention_weights(translator.model, translator.tokenizer, source_ids, output)
+    kinds = KINDS if args.kind == "all" else (args.kind,)
+    layers = len(weights["encoder"])
+    layer = layers - 1 if args.layer is None else args.layer - 1
+    folder = pathlib.Path(args.output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    print("translation: " + translator.tokenizer.detokenize_dense(output).numpy()[0].decode())
+    for kind in kinds:
+        path = plot(weights, kind, layer, args.head - 1,
+                    folder / f"attention-{kind}-layer{layer + 1}-head{args.head}.png")
+        print(f"wrote {path}")
+
+
+def _add_model_flags(parser):
+    parser.add_argument("--run-dir", required=True, help="training output directory")
+    parser.add_argument("--model", help="model file (default: RUN_DIR/averaged.keras if it "
+                        "exists, else RUN_DIR/model.keras)")
+    parser.add_argument("--beam", type=int, default=4, help="beam size (4; 1 = greedy)")
+    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (0.6)")
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (64)")
+
+
 def _demo(args):
     from keras_transformer.demo import run_toy_demo
 
@@ -190,6 +328,49 @@ def build_parser():
     average.add_argument("--output", help="output file (default RUN_DIR/averaged.keras)")
     average.set_defaults(run=_average)
 
+    translate = commands.add_parser(
+        "translate",
+        help="translate text with a trained run (stdin to stdout, or files)",
+        description="Translates one sentence per line with beam search (beam 4, alpha 0.6, "
+        "maximum length input + 50). Empty lines give empty lines; inputs longer than the "
+        "run's max_length (subword tokens) are truncated with a warning.",
+    )
+    _add_model_flags(translate)
+    translate.add_argument("--input", help="input file (default: standard input)")
+    translate.add_argument("--output", help="output file (default: standard output)")
+    translate.add_argument("--nbest", action="store_true",
+                           help="print every beam hypothesis as: line, score, text")
+    translate.set_defaults(run=_translate)
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="translate a test set and print sacreBLEU, chrF and tokenized BLEU",
+        description="Decodes a test set (the run's dataset split, or --src/--ref files), writes "
+        "the hypotheses and prints sacreBLEU with its signature, chrF, and the paper-style "
+        "tokenized BLEU with compound splitting.",
+    )
+    _add_model_flags(evaluate)
+    evaluate.add_argument("--split", default="test", choices=("dev", "test"),
+                          help="which split of the run's dataset (test)")
+    evaluate.add_argument("--src", help="source file instead of the run's dataset")
+    evaluate.add_argument("--ref", help="reference file for --src")
+    evaluate.add_argument("--output", help="hypotheses file (default RUN_DIR/hyp.SPLIT.beamK.txt)")
+    evaluate.set_defaults(run=_evaluate)
+
+    attention = commands.add_parser(
+        "attention",
+        help="draw attention heat maps for a sentence (like the paper's Figures 3-5)",
+        description="Translates the sentence, then writes PNG heat maps of one head's attention "
+        "weights: encoder self-attention, decoder self-attention and encoder-decoder attention.",
+    )
+    _add_model_flags(attention)
+    attention.add_argument("sentence", help="source sentence")
+    attention.add_argument("--layer", type=int, help="layer, from 1 (default: the last)")
+    attention.add_argument("--head", type=int, default=1, help="head, from 1 (1)")
+    attention.add_argument("--kind", default="all", choices=("all", "encoder", "decoder", "cross"))
+    attention.add_argument("--output-dir", default=".", help="where the PNG files go")
+    attention.set_defaults(run=_attention)
+
     demo = commands.add_parser(
         "demo",
         help="smoke demo: train the tiny preset on a generated toy corpus",
@@ -205,9 +386,15 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     from keras_transformer.errors import UserError
 
+    debug = bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))  # full tracebacks
     try:
         args.run(args)
     except ValueError as error:
+        if debug:
+            raise
+        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as error:
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
     except UserError as error:

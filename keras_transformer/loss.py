@@ -48,9 +48,10 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     """Mean label-smoothed cross-entropy over the non-padding target tokens of a batch.
 
     Under tf.distribute the mean is over the tokens of the *global* batch (the token count is
-    summed across replicas), so replicas holding different numbers of tokens train exactly like
-    one device on the whole batch. (Keras divides each replica's loss by the replica count and
-    sums the gradients; the `* num_replicas` below undoes that division.)
+    summed across replicas): each replica returns its token-loss sum divided by the global
+    count, and the replicas' gradients are summed, so replicas holding different numbers of
+    tokens train exactly like one device on the whole batch. (Keras leaves a scalar loss as
+    it is: it divides only unreduced losses by the number of replicas.)
 
     Args:
         label_smoothing: eps_ls (paper: 0.1).
@@ -71,10 +72,8 @@ class LabelSmoothedCrossEntropy(keras.losses.Loss):
     def call(self, y_true, y_pred):
         losses = smoothed_token_losses(y_true, y_pred, self.label_smoothing)
         mask = ops.cast(ops.not_equal(y_true, self.padding_id), "float32")
-        context = tf.distribute.get_replica_context()
-        replicas = 1 if context is None else context.num_replicas_in_sync
         total = global_token_count(ops.sum(mask))
-        return ops.sum(losses * mask) * float(replicas) / ops.maximum(total, 1.0)
+        return ops.sum(losses * mask) / ops.maximum(total, 1.0)
 
     def get_config(self):
         return {

@@ -1,6 +1,7 @@
 """The Transformer encoder-decoder as a Keras model (paper Section 3, Figure 1)."""
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from keras_transformer.layers import Decoder, Encoder, ScaledEmbedding
@@ -177,6 +178,30 @@ class Transformer(keras.Model):
         return self.logits(output), new_cache
 
     # -- keras.Model -----------------------------------------------------------------------
+
+    def train_step(self, data):
+        logs = super().train_step(data)
+        strategy = getattr(self, "_distribute_strategy", None)
+        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            # Keras (3.15) averages the logs of a multi-worker step with
+            # strategy.reduce("MEAN", value, axis=0), which rejects scalars: hand it (1,)
+            # tensors, which that reduction turns back into scalars.
+            logs = {name: ops.reshape(value, (1,)) for name, value in logs.items()}
+        return logs
+
+    def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+        """Builds metrics and loss from a fixed (1, 1) sample under tf.distribute.
+
+        Keras (3.15) otherwise averages the first distributed batch across replicas to get a
+        sample, which fails when replicas hold token-budget batches of different shapes
+        (`AddN ... must have the same size and shape`). Only shapes' ranks and dtypes matter
+        for the symbolic build, so a tiny batch of the right structure does the job.
+        """
+        if getattr(self, "_distribute_strategy", None) is None:
+            return super()._maybe_symbolic_build(iterator=iterator, data_batch=data_batch)
+        ids = ops.ones((1, 1), "int32")
+        with self.distribute_strategy.scope():
+            self._symbolic_build(data_batch=((ids, ids), ids))
 
     def call(self, inputs, training=None):
         if isinstance(inputs, dict):

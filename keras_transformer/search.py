@@ -1,7 +1,15 @@
-"""Greedy search over the model's cached `decode_step` API (beam search: `beam_search.py`).
+"""Greedy search, and the bridge from a `Transformer` to the search functions.
 
-Search is separate from the model: it only calls `model.encode`, `model.init_cache` and
-`model.decode_step(tokens, cache, index) -> (logits, cache)`.
+Search is separate from the model. `greedy_search` and `beam_search` (in `beam_search.py`) take
+a step function
+
+    step_fn(tokens (N, 1), state, index) -> (logits (N, 1, V), state)
+
+and a `state` (nested tensors with N = batch x beam rows) that beam search reorders as beams
+are chosen. `model_step(model, source_ids, beam_size)` builds that function from the model's
+`encode` / `init_cache` / `decode_step`: the self-attention caches are the reordered state, while
+the encoder-decoder keys/values are computed once per sentence, live in the step function's
+closure and are never reordered.
 """
 
 import tensorflow as tf
@@ -17,27 +25,87 @@ def output_limits(source_ids, extra_length=EXTRA_LENGTH):
     return source_lengths + extra_length
 
 
-def greedy_search(model, source_ids, extra_length=EXTRA_LENGTH):
-    """Picks the most likely token at every step, with the incremental cache.
+def tile_beams(tensor, beam_size):
+    """(B, ...) -> (B * beam_size, ...), each row repeated beam_size times."""
+    return tf.repeat(tensor, beam_size, axis=0)
+
+
+def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None):
+    """Step function, initial state and limits for searching `model` on `source_ids`.
 
     Args:
         model: a `Transformer`.
-        source_ids: int32 (B, S), padded with 0, each row ending with EOS.
-        extra_length: outputs stop at source length + extra_length tokens (EOS forced there).
+        source_ids: (B, S) int32, padded with 0.
+        beam_size: rows per sentence (the encoder runs once per sentence, then its keys and
+            values are tiled to the beams once).
+        max_length: cache length; default max(limits).
+        cached: False recomputes the whole decoder over the prefix at every step (slow; a
+            reference to test the cache against).
+        limits: (B,) maximum output lengths (default: source length + 50).
+
+    Returns:
+        (step_fn, state, limits (B,), max_length).
+    """
+    if limits is None:
+        limits = output_limits(source_ids)
+    if max_length is None:
+        max_length = tf.reduce_max(tf.concat([limits, [1]], axis=0))
+    encoder_output, source_mask = model.encode(source_ids)
+    encoder_output = tile_beams(encoder_output, beam_size)
+    source_mask = tile_beams(source_mask, beam_size)
+    if cached:
+        cache = model.init_cache(encoder_output, source_mask, max_length)
+        cross = cache["cross"]
+
+        def step_fn(tokens, state, index):
+            logits, cache = model.decode_step(
+                tokens, {"self": state, "cross": cross, "source_mask": source_mask}, index)
+            return logits, cache["self"]
+
+        return step_fn, cache["self"], limits, max_length
+
+    rows = tf.shape(encoder_output)[0]
+    prefix = tf.zeros([rows, max_length], tf.int32)
+
+    def uncached_step(tokens, prefix, index):
+        prefix = tf.tensor_scatter_nd_update(
+            tf.transpose(prefix), [[index]], tf.transpose(tokens))
+        prefix = tf.transpose(prefix)
+        logits = model.decode(prefix[:, : index + 1], encoder_output, source_mask)
+        return logits[:, index:index + 1], prefix
+
+    return uncached_step, prefix, limits, max_length
+
+
+def mask_special_tokens(log_probs, index, min_length=None):
+    """PAD and BOS are never generated; EOS not before position min_length - 1 if given."""
+    ids = tf.range(tf.shape(log_probs)[-1])
+    banned = tf.logical_or(tf.equal(ids, PAD_ID), tf.equal(ids, BOS_ID))
+    if min_length is not None:
+        banned = tf.logical_or(banned, tf.logical_and(tf.equal(ids, EOS_ID),
+                                                      index + 1 < min_length))
+    return tf.where(banned, -1e9, log_probs)
+
+
+def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
+    """Picks the most likely token at every step.
+
+    Args:
+        step_fn, state: as described in the module docstring (N = batch rows).
+        limits: (B,) maximum output lengths; EOS is forced at the last allowed position.
+        max_length: number of steps at most (default max(limits)).
+        min_length: if set, EOS is not allowed before this many tokens.
 
     Returns:
         (ids (B, T) int32 ending with EOS and padded with 0, log-probability (B,) float32).
     """
-    source_ids = tf.convert_to_tensor(source_ids, tf.int32)
-    batch = tf.shape(source_ids)[0]
-    limits = output_limits(source_ids, extra_length)
-    max_steps = tf.reduce_max(limits) if tf.size(limits) > 0 else tf.constant(0)
-    encoder_output, source_mask = model.encode(source_ids)
-    cache = model.init_cache(encoder_output, source_mask, max_steps)
+    batch = tf.shape(limits)[0]
+    max_steps = tf.reduce_max(tf.concat([limits, [0]], 0)) if max_length is None else max_length
 
-    def body(index, tokens, cache, finished, scores, outputs):
-        logits, cache = model.decode_step(tokens[:, None], cache, index)
-        log_probs = tf.nn.log_softmax(logits[:, 0], axis=-1)
+    def body(index, tokens, state, finished, scores, outputs):
+        logits, state = step_fn(tokens[:, None], state, index)
+        log_probs = tf.nn.log_softmax(tf.cast(logits[:, -1], tf.float32), axis=-1)
+        log_probs = mask_special_tokens(log_probs, index, min_length)
         next_tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         next_tokens = tf.where(index + 1 >= limits, EOS_ID, next_tokens)
         next_tokens = tf.where(finished, PAD_ID, next_tokens)
@@ -45,30 +113,33 @@ def greedy_search(model, source_ids, extra_length=EXTRA_LENGTH):
         scores += tf.where(finished, 0.0, chosen)
         outputs = outputs.write(index, next_tokens)
         finished = tf.logical_or(finished, tf.equal(next_tokens, EOS_ID))
-        return index + 1, next_tokens, cache, finished, scores, outputs
+        return index + 1, next_tokens, state, finished, scores, outputs
 
-    def cond(index, tokens, cache, finished, scores, outputs):
+    def cond(index, tokens, state, finished, scores, outputs):
         return tf.logical_and(index < max_steps, tf.logical_not(tf.reduce_all(finished)))
 
-    state = (
+    initial = (
         tf.constant(0),
         tf.fill([batch], BOS_ID),
-        cache,
+        state,
         tf.zeros([batch], tf.bool),
         tf.zeros([batch], tf.float32),
         tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[None]),
     )
-    _, _, _, _, scores, outputs = tf.while_loop(cond, body, state)
-    ids = tf.transpose(outputs.stack())  # (B, T)
-    ids = tf.reshape(ids, [batch, -1])
+    _, _, _, _, scores, outputs = tf.while_loop(cond, body, initial)
+    ids = tf.reshape(tf.transpose(outputs.stack()), [batch, -1])
     return ids, scores
 
 
-def compiled_greedy_search(model, extra_length=EXTRA_LENGTH):
-    """greedy_search as one tf.function for any batch shape (traced once)."""
+def compiled_greedy_search(model, cached=True):
+    """Greedy search of `model` as one tf.function for any batch shape (traced once).
+
+    Returns a function: source_ids (B, S) int32 -> (ids (B, T), log-probabilities (B,)).
+    """
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def search(source_ids):
-        return greedy_search(model, source_ids, extra_length)
+        step_fn, state, limits, max_length = model_step(model, source_ids, cached=cached)
+        return greedy_search(step_fn, state, limits, max_length)
 
     return search

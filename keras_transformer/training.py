@@ -358,10 +358,10 @@ def train(config):
     latest = tf.train.latest_checkpoint(str(checkpoint_dir(run_dir)))
     if latest:
         checkpoint.restore(latest).assert_existing_objects_matched()
-        print(f"resumed from {latest} at step {int(optimizer.iterations)}", flush=True)
+        print(f"resumed from {latest} at step {int(optimizer.iterations.numpy())}", flush=True)
 
     def step_fn():
-        return int(optimizer.iterations)
+        return int(optimizer.iterations.numpy())
 
     start_step = step_fn()
     if start_step >= config.train_steps:

@@ -150,14 +150,21 @@ def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample
             print(f"vocabulary: training {model_type} ({vocab_size} pieces) on {count:,} "
                   "sentences with sentencepiece ...", flush=True)
         prefix = pathlib.Path(tmp) / "spm"
-        spm.SentencePieceTrainer.train(
-            input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size,
-            model_type=model_type, character_coverage=1.0, byte_fallback=True,
-            normalization_rule_name="identity", remove_extra_whitespaces=True,
-            pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-            input_sentence_size=sample_size, shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
-            num_threads=os.cpu_count() or 1, minloglevel=2,
-        )
+        try:
+            spm.SentencePieceTrainer.train(
+                input=str(corpus), model_prefix=str(prefix), vocab_size=vocab_size,
+                model_type=model_type, character_coverage=1.0, byte_fallback=True,
+                normalization_rule_name="identity", remove_extra_whitespaces=True,
+                pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
+                input_sentence_size=sample_size, shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
+                num_threads=os.cpu_count() or 1, minloglevel=2,
+            )
+        except RuntimeError as error:
+            raise ValueError(
+                f"sentencepiece could not train vocab_size={vocab_size} on {count} sentences: "
+                f"{str(error).split('] ')[-1]} (byte fallback needs 256 byte pieces + 4 "
+                "specials + every character of the corpus; big vocabularies need enough text)."
+            ) from None
         # Atomic: write beside the target, then rename.
         temporary = model_path.with_suffix(".model.tmp")
         temporary.write_bytes((prefix.with_suffix(".model")).read_bytes())

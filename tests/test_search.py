@@ -1,0 +1,160 @@
+import logging
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer
+from keras_transformer.beam_search import (
+    beam_search,
+    compiled_beam_search,
+    length_penalty,
+    translate_beam,
+)
+from keras_transformer.search import compiled_greedy_search, greedy_search, model_step
+from pipelines.special_ids import EOS_ID
+
+VOCAB = 40
+
+
+@pytest.fixture(scope="module")
+def model():
+    tf.keras.utils.set_random_seed(7)
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
+    model.build()
+    return model
+
+
+def sources(seed=0, rows=3, width=7):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(4, VOCAB, (rows, width)).astype("int32")
+    for row in range(rows):
+        length = width - row  # different lengths in one batch
+        ids[row, length - 1] = EOS_ID
+        ids[row, length:] = 0
+    return ids
+
+
+def hypotheses(ids):
+    """Rows of ids up to and including EOS, as tuples."""
+    out = []
+    for row in np.asarray(ids):
+        row = list(row)
+        out.append(tuple(row[: row.index(EOS_ID) + 1]) if EOS_ID in row else tuple(row))
+    return out
+
+
+def test_beam_size_1_equals_greedy(model):
+    # With alpha = 0 beam search of width 1 must make greedy's choices; with alpha > 0 it may
+    # legitimately keep going to find a longer, better-normalized hypothesis.
+    src = sources()
+    greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
+    beam = translate_beam(model, src, beam_size=1, alpha=0.0)
+    assert hypotheses(beam["ids"][:, 0]) == hypotheses(greedy_ids)
+    np.testing.assert_allclose(beam["log_probs"][:, 0], greedy_scores, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_cached_and_uncached_decoding_agree(model, beam_size):
+    src = sources(seed=1)
+    if beam_size == 1:
+        cached = compiled_greedy_search(model, cached=True)(src)[0]
+        uncached = compiled_greedy_search(model, cached=False)(src)[0]
+        assert hypotheses(cached) == hypotheses(uncached)
+        return
+    cached = compiled_beam_search(model, beam_size, cached=True)(src)
+    uncached = compiled_beam_search(model, beam_size, cached=False)(src)
+    for k in range(beam_size):
+        assert hypotheses(cached["ids"][:, k]) == hypotheses(uncached["ids"][:, k])
+    np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-4, atol=1e-4)
+
+
+def test_a_batch_decodes_like_its_sentences_one_by_one(model):
+    src = sources(seed=2, rows=4, width=9)
+    search = compiled_beam_search(model, 4)
+    batch = search(src)
+    for row in range(len(src)):
+        alone = src[row: row + 1]
+        alone = alone[:, : int(np.count_nonzero(alone))]  # no padding at all
+        single = search(alone)
+        assert hypotheses(single["ids"][:, 0]) == hypotheses(batch["ids"][row: row + 1, 0])
+        np.testing.assert_allclose(single["scores"][0], batch["scores"][row], atol=1e-4)
+
+
+def test_search_traces_once_for_many_batch_shapes(model):
+    beam = compiled_beam_search(model, 4)
+    greedy = compiled_greedy_search(model)
+    for i in range(10):
+        src = sources(seed=i, rows=1 + i % 4, width=3 + i)
+        beam(src)
+        greedy(src)
+    assert beam.experimental_get_tracing_count() == 1
+    assert greedy.experimental_get_tracing_count() == 1
+
+
+# A constructed model: next-token probabilities depend only on the position, so every
+# hypothesis' probability can be computed by hand. Tokens: 0 PAD, 1 BOS, 2 EOS, 3 "a", 4 "b".
+TABLE = {0: {EOS_ID: 0.45, 3: 0.55}, 1: {3: 0.9, EOS_ID: 0.1}, 2: {3: 0.9, EOS_ID: 0.1},
+         3: {EOS_ID: 0.9, 3: 0.1}}
+
+
+def table_step(calls):
+    def step(tokens, state, index):
+        calls.append(int(index))
+        probs = np.full(5, 1e-6)
+        for token, p in TABLE.get(int(index), {EOS_ID: 0.99}).items():
+            probs[token] = p
+        logits = tf.math.log(tf.constant(probs / probs.sum(), tf.float32))
+        rows = tf.shape(tokens)[0]
+        return tf.tile(logits[None, None], [rows, 1, 1]), state + 1
+
+    return step
+
+
+def run_table(alpha, beam_size=2, limit=20):
+    calls = []
+    result = beam_search(table_step(calls), tf.zeros([beam_size], tf.int32),
+                         tf.constant([limit]), beam_size=beam_size, alpha=alpha)
+    return [h for h in hypotheses(result["ids"][:, 0])][0], result, calls
+
+
+def test_length_penalty_prefers_the_longer_hypothesis_as_specified():
+    assert float(length_penalty(1, 0.6)) == pytest.approx(1.0)
+    assert float(length_penalty(4, 0.6)) == pytest.approx((9 / 6) ** 0.6)
+    short, _, _ = run_table(alpha=0.0)
+    assert short == (EOS_ID,)  # log 0.45 beats log(0.55 * 0.9 * 0.9 * 0.9) = log 0.401
+    long, result, _ = run_table(alpha=0.6)
+    assert long == (3, 3, 3, EOS_ID)
+    expected = math.log(0.55 * 0.9 * 0.9 * 0.9) / ((5 + 4) / 6) ** 0.6
+    assert float(result["scores"][0, 0]) == pytest.approx(expected, rel=1e-3)
+    assert float(result["scores"][0, 1]) < float(result["scores"][0, 0])  # pool is sorted
+
+
+def test_early_termination_stops_when_no_alive_hypothesis_can_win():
+    global TABLE
+    saved = TABLE
+    try:
+        TABLE = {0: {EOS_ID: 0.9, 3: 0.05, 4: 0.05}}
+        best, _, calls = run_table(alpha=0.0, limit=30)
+        assert best == (EOS_ID,)
+        # After step 0 the finished "EOS" (log 0.9) beats every alive beam (log 0.05 at most).
+        assert calls == [0]
+        # Closer call: "a" (log 0.45) loses to "EOS" (log 0.5) now, but divided by the largest
+        # penalty it could reach, ((5 + 30) / 6) ** 0.6, it might still win: search goes on,
+        # then stops once "a EOS" is finished and nothing alive can beat the pool.
+        TABLE = {0: {EOS_ID: 0.5, 3: 0.45, 4: 0.05}}
+        best, _, calls = run_table(alpha=0.6, limit=30)
+        assert calls == [0, 1]
+        assert best == (EOS_ID,)  # log 0.5 = -0.69 beats log(0.45 * 0.99) / 1.097 = -0.74
+    finally:
+        TABLE = saved
+
+
+def test_outputs_stop_at_input_length_plus_50(model):
+    src = sources(seed=3, rows=2, width=4)
+    step_fn, state, limits, steps = model_step(model, src, beam_size=2)
+    assert list(limits.numpy()) == [4 + 50, 3 + 50]
+    ids, _ = greedy_search(*model_step(model, src)[:3], min_length=60)
+    # EOS is forced at each sentence's limit even when a longer output is asked for.
+    assert [len(h) for h in hypotheses(ids)] == [54, 53]

@@ -1,0 +1,227 @@
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer
+from keras_transformer.checkpoints import average_checkpoints, training_checkpoint
+from keras_transformer.config import make_config
+from keras_transformer.training import NanGuard, TrainingError
+from tests.training_helpers import run, train_command, write_corpus
+
+
+def test_invalid_config_keys_and_values_are_named(tmp_path):
+    bad_key = tmp_path / "bad.yaml"
+    bad_key.write_text("preset: tiny\nlearning_rat: 0.1\n")
+    with pytest.raises(ValueError, match="unknown config key\\(s\\) 'learning_rat'"):
+        make_config(bad_key)
+    bad_value = tmp_path / "bad.json"
+    bad_value.write_text(json.dumps({"tokens_per_batch": -5}))
+    with pytest.raises(ValueError, match="'tokens_per_batch' must be positive; got -5"):
+        make_config(bad_value)
+    with pytest.raises(ValueError, match="'precision' must be one of"):
+        make_config(precision="float8")
+    with pytest.raises(ValueError, match="'dropout' must be float or null; got 'high'"):
+        make_config(dropout="high")
+    with pytest.raises(ValueError, match="Unknown preset 'huge'"):
+        make_config(preset="huge")
+    good = tmp_path / "good.yaml"
+    good.write_text("preset: tiny\ntrain_steps: 7\nxla: true\n")
+    config = make_config(good, train_steps=9)
+    assert (config.preset, config.train_steps, config.xla) == ("tiny", 9, True)
+
+
+def test_cli_rejects_bad_config_with_exit_code_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("warmup: 10\n")
+    result = run([sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(bad)])
+    assert result.returncode == 2
+    assert "unknown config key(s) 'warmup'" in result.stderr
+
+
+def test_nan_loss_stops_training_with_a_clear_message():
+    model = Transformer.from_preset("tiny", vocab_size=20)
+    model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_mean(p) * np.nan)
+    x = (np.ones((4, 3), "int32"), np.ones((4, 3), "int32"))
+    with pytest.raises(TrainingError, match="Loss became nan at step 1"):
+        model.fit(x, np.ones((4, 3), "int32"), epochs=1, verbose=0,
+                  callbacks=[NanGuard(lambda: int(model.optimizer.iterations))])
+
+
+def test_averaging_two_checkpoints_gives_the_mean(tmp_path):
+    model = Transformer.from_preset("tiny", vocab_size=30)
+    model.build()
+    first = model.get_weights()
+    checkpoint = training_checkpoint(model)
+    path_a = checkpoint.write(str(tmp_path / "a"))
+    second = [w + np.random.default_rng(i).normal(size=w.shape).astype(w.dtype)
+              for i, w in enumerate(first)]
+    model.set_weights(second)
+    path_b = checkpoint.write(str(tmp_path / "b"))
+
+    fresh = Transformer.from_preset("tiny", vocab_size=30)
+    fresh.build()
+    average_checkpoints(fresh, [path_a, path_b])
+    for got, a, b in zip(fresh.get_weights(), first, second):
+        np.testing.assert_allclose(got, (a + b) / 2, rtol=1e-6, atol=1e-7)
+
+
+def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path):
+    from keras_transformer.checkpoints import make_manager
+    from keras_transformer.training import build_model, compile_model
+
+    config = make_config(preset="tiny").resolved()
+    model = build_model(config, 40)
+    optimizer, _ = compile_model(model, config)
+    ids = np.random.default_rng(0).integers(3, 40, (4, 6)).astype("int32")
+    model.fit((ids, ids), ids, epochs=2, verbose=0)
+    path = make_manager(model, optimizer, tmp_path / "a", 2)[1].save(checkpoint_number=2)
+
+    restored = build_model(config, 40)
+    restored_optimizer, _ = compile_model(restored, config)
+    make_manager(restored, restored_optimizer, tmp_path / "b", 2)[0].restore(path).assert_consumed()
+    for a, b in zip(model.weights, restored.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    for a, b in zip(optimizer.variables, restored_optimizer.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    assert int(restored_optimizer.iterations) == 2
+
+
+def latest_step(run_dir):
+    path = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    return int(path.rsplit("-", 1)[1]) if path else 0
+
+
+def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    run_dir = tmp_path / "run"
+    command = train_command(corpus, run_dir, "--train-steps", "120", "--checkpoint-steps", "10",
+                            "--eval-steps", "30")
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while latest_step(run_dir) < 20 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = latest_step(run_dir)
+    assert 20 <= killed_at < 120
+
+    result = run(command)
+    assert result.returncode == 0, result.stderr[-2000:]
+    resumed = re.search(r"resumed from .*ckpt-(\d+) at step (\d+)", result.stdout)
+    assert resumed and int(resumed.group(1)) == int(resumed.group(2)) == killed_at
+    assert f"skipping {killed_at} batches" in result.stdout
+    assert re.search(rf"training done: step {killed_at} -> 120 ", result.stdout)
+    assert latest_step(run_dir) == 120
+
+
+MIRRORED_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import tensorflow as tf
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    import keras
+    from keras_transformer.config import make_config
+    from keras_transformer.loss import LabelSmoothedCrossEntropy
+    from keras_transformer.training import build_model
+
+    # Plain SGD: Adam's first step is about lr * sign(gradient), which turns rounding noise on
+    # parameters whose true gradient is zero (attention key biases) into full-size steps.
+    def compile_sgd(model):
+        model.compile(optimizer=keras.optimizers.SGD(0.5), loss=LabelSmoothedCrossEntropy(0.1))
+
+    config = make_config(preset="tiny", dropout=0.0, warmup_steps=10).resolved()
+    rng = np.random.default_rng(0)
+
+    def batch(rows, src_len, tgt_len):
+        src = rng.integers(3, 40, (rows, src_len)).astype("int32")
+        tgt = rng.integers(3, 40, (rows, tgt_len + 1)).astype("int32")
+        src[0, src_len // 2:] = 0
+        tgt[1, 2:] = 0
+        return src, tgt[:, :-1], tgt[:, 1:]
+
+    halves = [batch(2, 5, 4), batch(2, 7, 9)]  # different shapes and token counts
+    def pad(a, width):
+        return np.pad(a, ((0, 0), (0, width - a.shape[1])))
+    whole = [np.concatenate([pad(h[i], max(x[i].shape[1] for x in halves)) for h in halves])
+             for i in range(3)]
+
+    keras.utils.set_random_seed(1)
+    single = build_model(config, 40)
+    compile_sgd(single)
+    initial = single.get_weights()
+    history = single.fit((whole[0], whole[1]), whole[2], batch_size=4, epochs=1, verbose=0,
+                         shuffle=False)
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        mirrored = build_model(config, 40)
+        compile_sgd(mirrored)
+    mirrored.set_weights(initial)
+
+    def dataset_fn(context):
+        first, second = ((tf.data.Dataset.from_tensors(((h[0], h[1]), h[2])) for h in halves))
+        return first.concatenate(second)
+
+    data = strategy.distribute_datasets_from_function(dataset_fn)
+    mirrored_history = mirrored.fit(data, epochs=1, steps_per_epoch=1, verbose=0)
+    diff = max(float(np.max(np.abs(a - b)))
+               for a, b in zip(single.get_weights(), mirrored.get_weights()))
+    moved = max(float(np.max(np.abs(a - b))) for a, b in zip(initial, single.get_weights()))
+    print(json.dumps({"single_loss": history.history["loss"][0],
+                      "mirrored_loss": mirrored_history.history["loss"][0],
+                      "max_weight_diff": diff, "max_update": moved}))
+""")
+
+
+def test_mirrored_strategy_matches_a_single_device(tmp_path):
+    script = tmp_path / "mirrored.py"
+    script.write_text(MIRRORED_SCRIPT)
+    result = run([sys.executable, str(script)], cwd=os.getcwd())
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["max_update"] > 1e-3  # the step really changed the weights
+    assert report["mirrored_loss"] == pytest.approx(report["single_loss"], abs=1e-4)
+    assert report["max_weight_diff"] < 1e-4
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
+    corpus = write_corpus(tmp_path / "corpus")
+    run_dir = tmp_path / "run"
+    workers = [f"localhost:{free_port()}" for _ in range(2)]
+    command = train_command(corpus, run_dir, "--strategy", "multiworker", "--train-steps", "6",
+                            "--checkpoint-steps", "3", "--eval-steps", "3")
+    processes = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+        processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=600) for p in processes]
+    for process, (out, err) in zip(processes, outputs):
+        assert process.returncode == 0, err[-3000:]
+    chief = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-6"))
+    other = tf.train.load_checkpoint(str(run_dir / "scratch-worker-1" / "ckpt-6"))
+    names = [n for n in chief.get_variable_to_shape_map() if n.startswith("model/")
+             and "OPTIMIZER_SLOT" not in n]
+    assert len(names) > 20
+    for name in names:
+        np.testing.assert_array_equal(chief.get_tensor(name), other.get_tensor(name))
+    first = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-3"))
+    assert any(not np.array_equal(first.get_tensor(n), chief.get_tensor(n)) for n in names)

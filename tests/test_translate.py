@@ -1,0 +1,74 @@
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer import Transformer
+from keras_transformer.attention_maps import attention_weights, plot
+from keras_transformer.evaluation import score, split_compounds
+from keras_transformer.translate import Translator
+from pipelines.tokenizer import train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory):
+    texts = ["a dog runs in the park", "the red cat sleeps on the big tree"] * 30
+    tokenizer = train_tokenizer(texts, tmp_path_factory.mktemp("vocab"), 300, progress=False)
+    model = Transformer.from_preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0)
+    model.build()
+    return Translator(model, tokenizer, beam_size=4, max_input_length=12, batch_size=2)
+
+
+def test_empty_lines_give_empty_outputs(translator):
+    outputs = translator.translate(["", "a dog", "   ", "the cat"])
+    assert outputs[0] == "" and outputs[2] == ""
+    assert len(outputs) == 4
+    nbest = translator.translate(["", "a dog"], nbest=True)
+    assert nbest[0] == [("", 0.0)] and 1 <= len(nbest[1]) <= 4
+    assert translator.translate([]) == []
+
+
+def test_long_inputs_are_truncated_with_a_warning(translator, caplog):
+    long = " ".join(["the red cat sleeps"] * 10)
+    with caplog.at_level(logging.WARNING):
+        encoded = translator.encode(["a dog", long])
+    assert len(encoded[1]) == 12 and encoded[1][-1] == 2
+    assert "input 2 has" in caplog.text and "truncated to max_input_length=12" in caplog.text
+    assert isinstance(translator.translate([long])[0], str)
+
+
+def test_attention_pictures_are_written(translator, tmp_path):
+    import tensorflow as tf
+
+    source = tf.constant([translator.encode(["a dog runs"])[0]])
+    output = translator._search(source)["ids"][:, 0]
+    weights = attention_weights(translator.model, translator.tokenizer, source, output)
+    assert weights["encoder"][0].shape == (4, source.shape[1], source.shape[1])
+    assert weights["cross"][1].shape[-1] == source.shape[1]
+    for kind in ("encoder", "decoder", "cross"):
+        path = plot(weights, kind, layer=1, head=0, path=tmp_path / f"{kind}.png")
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="layer=5 is out of range"):
+        plot(weights, "encoder", layer=5, head=0, path=tmp_path / "x.png")
+
+
+def test_scores_report_sacrebleu_signature_chrf_and_tokenized_bleu():
+    refs = ["Der Lkw-Fahrer fährt nach Hause.", "Ein Hund läuft."]
+    result = score(["Der Lkw-Fahrer fährt nach Hause.", "Ein Hund läuft."], refs)
+    assert result["sacrebleu"] == pytest.approx(100.0)
+    assert result["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert result["chrf"] == pytest.approx(100.0)
+    worse = score(["Der Fahrer fährt.", "Ein Hund."], refs)
+    assert 0 < worse["sacrebleu"] < 100 and worse["tokenized_bleu"] < 100
+    assert split_compounds("Lkw-Fahrer-Zentrale") == "Lkw ##AT##-##AT## Fahrer ##AT##-##AT## Zentrale"
+    with pytest.raises(ValueError, match="2 hypotheses for 1 references"):
+        score(["a", "b"], ["a"])
+
+
+def test_translate_command_reports_a_missing_run(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_transformer.cli", "translate", "--run-dir",
+         str(tmp_path / "nothing")], capture_output=True, text=True, input="a dog\n")
+    assert result.returncode == 2
+    assert "not found" in result.stderr

@@ -1,0 +1,37 @@
+"""Helpers for training tests: a tiny parallel corpus the tests write, and the train command."""
+
+import random
+import subprocess
+import sys
+
+WORDS = ["dog", "cat", "bird", "runs", "jumps", "sleeps", "the", "a", "red", "big", "small",
+         "green", "in", "on", "park", "house", "tree", "water"]
+
+
+def write_corpus(folder, pairs=400, seed=0):
+    """A toy 'translation' corpus: the target is the source reversed, in upper case."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(pairs)]
+    tgt = [" ".join(reversed(s.upper().split())) for s in src]
+    paths = {}
+    for name, lines in (("train.src", src[:-40]), ("train.tgt", tgt[:-40]),
+                        ("dev.src", src[-40:]), ("dev.tgt", tgt[-40:])):
+        paths[name] = folder / name
+        paths[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
+
+
+def train_command(corpus, output_dir, *extra):
+    return [
+        sys.executable, "-m", "keras_transformer.cli", "train", "--preset", "tiny",
+        "--dataset", "text", "--train-src", str(corpus["train.src"]),
+        "--train-tgt", str(corpus["train.tgt"]), "--dev-src", str(corpus["dev.src"]),
+        "--dev-tgt", str(corpus["dev.tgt"]), "--vocab-size", "400", "--tokens-per-batch", "256",
+        "--max-length", "32", "--warmup-steps", "50", "--output-dir", str(output_dir),
+        "--verbose", "0", *extra,
+    ]
+
+
+def run(command, **kwargs):
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
