@@ -71,7 +71,7 @@ PRESETS = {
         model=dict(num_layers=2, d_model=32, num_heads=4, d_ff=64),
         training=dict(warmup_steps=100, train_steps=1000),
     ),
-    # Multi30k-sized model for a 2-core CPU: 15.0M at 37k; about 8M with an 8k vocabulary.
+    # Multi30k-sized model for a 2-core CPU: 15.0M at 37k; 7.6M with an 8000-piece vocabulary.
     "small": _variant(
         "Small model for Multi30k on a CPU (3 layers, d_model=256, d_ff=1024, h=4).",
         model=dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024),
