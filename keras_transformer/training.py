@@ -327,6 +327,9 @@ def compile_model(model, config):
     loss = LabelSmoothedCrossEntropy(config.label_smoothing)
     model.compile(optimizer=optimizer, loss=loss, metrics=[TokenAccuracy(), Perplexity()],
                   jit_compile=config.xla)
+    # Under mixed_float16 Keras wraps the optimizer in a LossScaleOptimizer: use the wrapper,
+    # so checkpoints hold the loss scale too.
+    optimizer = model.optimizer
     optimizer.build(model.trainable_variables)
     return optimizer, loss
 
@@ -371,6 +374,12 @@ def train(config):
     batches_done = start_step * config.grad_accum_steps
     if batches_done:
         print(f"restoring the data position: skipping {batches_done} batches", flush=True)
+    if chief and config.dataset != "wmt14":  # one cheap pass; WMT14 is too big to pre-count
+        train_pairs, _ = load_pairs(config, "train")
+        counts = count_lengths(train_pairs.apply(tokenize_pairs(tokenizer)), config.max_length)
+        print(f"training data: {counts['pairs']} pairs, {counts['src_tokens']} source and "
+              f"{counts['tgt_tokens']} target tokens; {counts['too_long']} pairs longer than "
+              f"max_length={config.max_length} are dropped", flush=True)
     data = train_dataset(config, tokenizer, strategy, batches_done, counter)
 
     dev_pairs, _ = load_pairs(config, "dev")
@@ -399,9 +408,11 @@ def train(config):
         keras.callbacks.TensorBoard(str(run_dir / "logs" / ("train" if chief else "worker")),
                                     update_freq=50),
     ]
+    # A Keras epoch is eval_steps optimizer steps, i.e. eval_steps x grad_accum_steps batches.
     epochs = math.ceil(config.train_steps / config.eval_steps)
     started = time.monotonic()
-    model.fit(data, epochs=epochs, steps_per_epoch=config.eval_steps, shuffle=False,
+    model.fit(data, epochs=epochs, steps_per_epoch=config.eval_steps * config.grad_accum_steps,
+              shuffle=False,
               initial_epoch=min(start_step // config.eval_steps, epochs - 1),
               callbacks=callbacks, verbose=config.verbose if chief else 0)
     seconds = time.monotonic() - started

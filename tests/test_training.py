@@ -225,3 +225,14 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
         np.testing.assert_array_equal(chief.get_tensor(name), other.get_tensor(name))
     first = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-3"))
     assert any(not np.array_equal(first.get_tensor(n), chief.get_tensor(n)) for n in names)
+
+
+@pytest.mark.parametrize("options", [["--grad-accum-steps", "2"],
+                                     ["--precision", "mixed_bfloat16"]])
+def test_training_options_reach_the_requested_steps(tmp_path, options):
+    corpus = write_corpus(tmp_path / "corpus")
+    result = run(train_command(corpus, tmp_path / "run", "--train-steps", "6", "--eval-steps",
+                               "3", *options))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r"training done: step 0 -> 6 .*reached train_steps=6", result.stdout)
+    assert "pairs longer than max_length=32 are dropped" in result.stdout
