@@ -10,7 +10,6 @@ Restarting a killed run with the same command resumes from its last checkpoint: 
 optimizer state, step and data position (the batches already seen are skipped).
 """
 
-import dataclasses
 import json
 import logging
 import math
@@ -19,17 +18,14 @@ import pathlib
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_transformer.checkpoints import PeriodicCheckpoint, checkpoint_dir, make_manager
-from keras_transformer.config import TrainConfig
 from keras_transformer.errors import UserError
 from keras_transformer.loss import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import Perplexity, TokenAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.schedule import TransformerSchedule
-from keras_transformer.search import compiled_greedy_search
 from pipelines import sources
 from pipelines.batching import count_lengths, make_dataset, tokenize_pairs
 from pipelines.tokenizer import SubwordTokenizer, train_tokenizer
@@ -218,43 +214,29 @@ class Validation(keras.callbacks.Callback):
 class DevBleu(keras.callbacks.Callback):
     """sacreBLEU of greedy translations of the first dev sentences, every `every` steps."""
 
-    def __init__(self, tokenizer, sources_text, references, every, step_fn, batch_size=64):
+    def __init__(self, tokenizer, sources_text, references, every, step_fn, max_length):
         super().__init__()
         self.tokenizer, self.sources, self.references = tokenizer, sources_text, references
-        self.every, self.step_fn, self.batch_size = every, step_fn, batch_size
-        self._search = None
+        self.every, self.step_fn, self.max_length = every, step_fn, max_length
+        self._translator = None
         self.history = []
-
-    def translate(self):
-        if self._search is None:
-            self._search = compiled_greedy_search(self.model)
-        outputs = []
-        for start in range(0, len(self.sources), self.batch_size):
-            chunk = tf.constant(self.sources[start: start + self.batch_size])
-            ids = tokenize_source(self.tokenizer, chunk)
-            out, _ = self._search(ids)
-            outputs += [t.decode("utf-8") for t in self.tokenizer.detokenize_dense(out).numpy()]
-        return outputs
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.step_fn()
-        if step % self.every:
+        if step % self.every or (self.history and self.history[-1][0] == step):
             return
         import sacrebleu
 
-        bleu = sacrebleu.corpus_bleu(self.translate(), [self.references])
+        from keras_transformer.translate import Translator
+
+        if self._translator is None:
+            self._translator = Translator(self.model, self.tokenizer, beam_size=1,
+                                          max_input_length=self.max_length)
+        hypotheses = self._translator.translate(self.sources)
+        bleu = sacrebleu.corpus_bleu(hypotheses, [self.references])
         self.history.append((step, bleu.score))
         print(f"\nstep {step}: dev BLEU (greedy, {len(self.sources)} sentences) "
               f"{bleu.score:.2f}", flush=True)
-
-
-def tokenize_source(tokenizer, texts):
-    """Strings -> (B, S) int32 ids with EOS, padded with 0 (search input)."""
-    from pipelines.special_ids import EOS_ID
-
-    ids = tokenizer.tokenize(texts)
-    eos = tf.fill([tf.shape(texts)[0], 1], EOS_ID)
-    return tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1).to_tensor(0)
 
 
 class StopAt(keras.callbacks.Callback):
@@ -397,7 +379,8 @@ def train(config):
         if config.bleu_steps:
             texts = list(dev_pairs.take(config.bleu_sentences).as_numpy_iterator())
             callbacks.append(DevBleu(tokenizer, [s.decode() for s, _ in texts],
-                                     [t.decode() for _, t in texts], config.bleu_steps, step_fn))
+                                     [t.decode() for _, t in texts], config.bleu_steps, step_fn,
+                                     config.max_length))
     stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
     checkpoint_minutes = None if config.strategy == "multiworker" else config.checkpoint_minutes
     checkpoint_steps = config.checkpoint_steps or (

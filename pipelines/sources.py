@@ -49,10 +49,7 @@ def check_parallel_files(src_path, tgt_path):
         DataError naming the file, the line or both line counts.
     """
     stats = SourceStats()
-    counts = []
     with _open_text(src_path) as src, _open_text(tgt_path) as tgt:
-        for name, handle in ((src_path, src), (tgt_path, tgt)):
-            counts.append(0)
         line = 0
         while True:
             src_line, tgt_line = src.readline(), tgt.readline()

@@ -1,4 +1,3 @@
-import logging
 import math
 
 import numpy as np

@@ -228,7 +228,8 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
 
 
 @pytest.mark.parametrize("options", [["--grad-accum-steps", "2"],
-                                     ["--precision", "mixed_bfloat16"]])
+                                     ["--precision", "mixed_bfloat16"],
+                                     ["--bleu-steps", "3", "--bleu-sentences", "10"]])
 def test_training_options_reach_the_requested_steps(tmp_path, options):
     corpus = write_corpus(tmp_path / "corpus")
     result = run(train_command(corpus, tmp_path / "run", "--train-steps", "6", "--eval-steps",
@@ -236,3 +237,5 @@ def test_training_options_reach_the_requested_steps(tmp_path, options):
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r"training done: step 0 -> 6 .*reached train_steps=6", result.stdout)
     assert "pairs longer than max_length=32 are dropped" in result.stdout
+    if "--bleu-steps" in options:
+        assert re.search(r"step 6: dev BLEU \(greedy, 10 sentences\) \d+\.\d\d", result.stdout)
