@@ -101,6 +101,7 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
     """
     batch = tf.shape(limits)[0]
     max_steps = tf.reduce_max(tf.concat([limits, [0]], 0)) if max_length is None else max_length
+    positions = tf.range(max_steps)
 
     def body(index, tokens, state, finished, scores, outputs):
         logits, state = step_fn(tokens[:, None], state, index)
@@ -111,7 +112,8 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
         next_tokens = tf.where(finished, PAD_ID, next_tokens)
         chosen = tf.gather(log_probs, next_tokens, batch_dims=1)
         scores += tf.where(finished, 0.0, chosen)
-        outputs = outputs.write(index, next_tokens)
+        # A fixed-size output buffer written in place (no TensorArray: TFLite builtins).
+        outputs = tf.where(tf.equal(positions, index)[None, :], next_tokens[:, None], outputs)
         finished = tf.logical_or(finished, tf.equal(next_tokens, EOS_ID))
         return index + 1, next_tokens, state, finished, scores, outputs
 
@@ -124,11 +126,10 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
         state,
         tf.zeros([batch], tf.bool),
         tf.zeros([batch], tf.float32),
-        tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=[None]),
+        tf.zeros([batch, max_steps], tf.int32),
     )
-    _, _, _, _, scores, outputs = tf.while_loop(cond, body, initial)
-    ids = tf.reshape(tf.transpose(outputs.stack()), [batch, -1])
-    return ids, scores
+    index, _, _, _, scores, outputs = tf.while_loop(cond, body, initial)
+    return outputs[:, :index], scores
 
 
 def compiled_greedy_search(model, cached=True):
