@@ -100,7 +100,17 @@ def average_checkpoints(model, paths):
     total = None
     for path in paths:
         # Every model weight must be found; the optimizer's variables are ignored.
-        checkpoint.read(str(path)).expect_partial().assert_existing_objects_matched()
+        try:
+            checkpoint.read(str(path)).expect_partial().assert_existing_objects_matched()
+        except AssertionError:
+            # Checkpoint keys spell "/" inside a name as ".S".
+            stored = {name.split("/.ATTRIBUTES")[0].replace(".S", "/")
+                      for name, _ in tf.train.list_variables(str(path))}
+            missing = [key for key in model_variables(model) if f"model/{key}" not in stored]
+            raise ValueError(
+                f"{path} does not hold every weight of this model ({len(missing)} missing, "
+                f"e.g. {missing[:2]}): it comes from another architecture or from an older "
+                "keras-transformer whose checkpoints were incomplete.") from None
         weights = [w.astype(np.float64) for w in model.get_weights()]
         total = weights if total is None else [t + w for t, w in zip(total, weights)]
     mean = [(t / len(paths)) for t in total]

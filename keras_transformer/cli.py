@@ -112,19 +112,15 @@ def _train(args):
 
 
 def _average(args):
-    import json
     import pathlib
 
     from keras_transformer.checkpoints import average_checkpoints, latest_checkpoints
-    from keras_transformer.config import TrainConfig
+    from keras_transformer.config import load_run_config
     from keras_transformer.training import build_model
     from pipelines.tokenizer import SubwordTokenizer
 
     run_dir = pathlib.Path(args.run_dir)
-    config_path = run_dir / "config.json"
-    if not config_path.is_file():
-        raise ValueError(f"{run_dir} is not a training run directory (no config.json).")
-    config = TrainConfig(**json.loads(config_path.read_text()))
+    config = load_run_config(run_dir)
     tokenizer = SubwordTokenizer.load(run_dir / "vocab" / "spm.model")
     model = build_model(config, tokenizer.vocab_size)
     paths = latest_checkpoints(run_dir, args.last)
@@ -218,11 +214,10 @@ def _evaluate(args):
                              f"{len(references)}.")
         name = pathlib.Path(args.src).name
     else:
-        from keras_transformer.config import TrainConfig
+        from keras_transformer.config import load_run_config
         from keras_transformer.training import load_pairs
 
-        config_path = pathlib.Path(args.run_dir) / "config.json"
-        config = TrainConfig(**json.loads(config_path.read_text()))
+        config = load_run_config(args.run_dir)
         pairs, _ = load_pairs(config, args.split)
         if pairs is None:
             raise ValueError(f"The run has no {args.split} set; pass --src and --ref.")

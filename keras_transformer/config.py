@@ -130,6 +130,14 @@ class TrainConfig:
         temporary.replace(path)
 
 
+def load_run_config(run_dir):
+    """The config a training run saved in RUN_DIR/config.json."""
+    path = pathlib.Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise ValueError(f"{run_dir} is not a training run directory (no config.json).")
+    return TrainConfig(**json.loads(path.read_text()))
+
+
 def field_names():
     return [field.name for field in dataclasses.fields(TrainConfig)]
 

@@ -7,8 +7,7 @@ from keras import ops
 from keras_transformer.layers import Decoder, Encoder, ScaledEmbedding
 from keras_transformer.layers.encoder import check_dimensions
 from keras_transformer.presets import get_preset
-
-PAD_ID = 0
+from pipelines.special_ids import PAD_ID
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
