@@ -108,7 +108,7 @@ def beam_search(step_fn, state, limits, beam_size=4, alpha=0.6, max_length=None,
         alive_log_probs, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_scores), k=k)
         alive_seq = tf.gather(candidates, keep, batch_dims=1)
         rows = tf.gather(parents, keep, batch_dims=1) + tf.range(batch)[:, None] * k
-        state = tf.nest.map_structure(lambda t: tf.gather(t, tf.reshape(rows, [-1])), state)
+        state = tf.nest.map_structure(lambda t: _reorder(t, tf.reshape(rows, [-1])), state)
         next_tokens = tf.reshape(tf.gather(tokens, keep, batch_dims=1), [-1])
 
         # Early termination: nothing alive can still beat the lowest finished score.
@@ -128,6 +128,13 @@ def beam_search(step_fn, state, limits, beam_size=4, alpha=0.6, max_length=None,
     final = tf.while_loop(cond, lambda s: (body(s),), (initial,))[0]
     return {"ids": final["finished_seq"], "scores": final["finished_scores"],
             "log_probs": final["finished_log_probs"]}
+
+
+def _reorder(tensor, rows):
+    """tensor[rows], keeping the static shape (the row count does not change)."""
+    reordered = tf.gather(tensor, rows)
+    reordered.set_shape(tensor.shape)
+    return reordered
 
 
 def trim(ids):

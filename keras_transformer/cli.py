@@ -4,6 +4,7 @@
     keras-transformer presets
     keras-transformer train --preset small --dataset multi30k --train-steps 20000
     keras-transformer average --run-dir runs/multi30k-en-de --last 5
+    keras-transformer export --run-dir runs/multi30k-en-de --format savedmodel
     keras-transformer demo
 """
 
@@ -270,6 +271,32 @@ def _add_model_flags(parser):
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (64)")
 
 
+def _export(args):
+    import logging
+
+    from absl import logging as absl_logging
+
+    from keras_transformer.export import export_run
+
+    # TensorFlow logs every renamed function input while saving; keep the output readable.
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    path = export_run(
+        args.run_dir, format=args.format, quantize=args.quantize, output_dir=args.output_dir,
+        name=args.name, version=args.version, overwrite=args.overwrite, beam_size=args.beam,
+        alpha=args.alpha, model_file=args.model, ids_only=args.ids_only,
+    )
+    print(f"exported {args.format} to {path}")
+
+
+def _saved_model_cli(args):
+    import tensorflow_text  # noqa: F401  (registers the sentencepiece ops the graph uses)
+    from tensorflow.python.tools import saved_model_cli
+
+    sys.argv = ["saved_model_cli", *args.arguments]
+    saved_model_cli.main()
+
+
 def _demo(args):
     from keras_transformer.demo import run_toy_demo
 
@@ -365,6 +392,49 @@ def build_parser():
     attention.add_argument("--kind", default="all", choices=("all", "encoder", "decoder", "cross"))
     attention.add_argument("--output-dir", default=".", help="where the PNG files go")
     attention.set_defaults(run=_attention)
+
+    export = commands.add_parser(
+        "export",
+        help="export a trained run as a SavedModel (TensorFlow Serving) or a TFLite model",
+        description="SavedModel: OUTPUT_DIR/NAME/VERSION/ with the signatures serving_default "
+        "(strings in, translations and scores out; beam_size and alpha optional inputs, "
+        "defaults 4 and 0.6) and translate_ids (int32 ids in and out, core TensorFlow ops "
+        "only). TFLite: OUTPUT_DIR/NAME/tflite/translator-<search>-<quantization>.tflite, ids "
+        "in and out for one sentence, with spm.model beside it. Files are written under a "
+        "temporary name and renamed when complete.",
+    )
+    export.add_argument("--run-dir", required=True, help="training output directory")
+    export.add_argument("--model", help="model file (default: RUN_DIR/averaged.keras if it "
+                        "exists, else RUN_DIR/model.keras)")
+    export.add_argument("--format", default="savedmodel", choices=("savedmodel", "tflite"),
+                        help="savedmodel (default) or tflite")
+    export.add_argument("--quantize", default="none", choices=("none", "dynamic", "float16"),
+                        help="TFLite weights: none (float32), dynamic (int8 weights) or float16")
+    export.add_argument("--output-dir", default="saved_models",
+                        help="base directory (default saved_models)")
+    export.add_argument("--name", help="model name (default: the run directory's name)")
+    export.add_argument("--version", type=int,
+                        help="SavedModel version (default: highest existing + 1)")
+    export.add_argument("--overwrite", action="store_true",
+                        help="replace an existing version or .tflite file")
+    export.add_argument("--beam", type=int, default=4,
+                        help="TFLite search: beam size (4; 1 = greedy)")
+    export.add_argument("--alpha", type=float, default=0.6,
+                        help="TFLite search: length penalty (0.6)")
+    export.add_argument("--ids-only", action="store_true",
+                        help="SavedModel with translate_ids only: loads without tensorflow-text")
+    export.set_defaults(run=_export)
+
+    smcli = commands.add_parser(
+        "saved-model-cli",
+        help="TensorFlow's saved_model_cli with the tensorflow-text ops loaded",
+        description="Runs saved_model_cli (show, run, ...) after importing tensorflow_text, "
+        "which the stock saved_model_cli does not, so that `run` works on our SavedModels. "
+        "Example: keras-transformer saved-model-cli run --dir saved_models/NAME/1 --tag_set "
+        "serve --signature_def serving_default --input_exprs 'sentences=[\"A dog runs.\"]'",
+    )
+    smcli.add_argument("arguments", nargs=argparse.REMAINDER, help="saved_model_cli arguments")
+    smcli.set_defaults(run=_saved_model_cli)
 
     demo = commands.add_parser(
         "demo",

@@ -23,10 +23,12 @@ def large_negative(dtype):
 def _expand_mask(mask):
     """(B, S) or (B, T, S) boolean mask -> (B, 1, T or 1, S), broadcastable over heads."""
     mask = ops.cast(mask, "bool")
+    # expand_dims rather than mask[:, None, None, :]: TFLite cannot convert a strided slice
+    # that adds axes.
     if len(mask.shape) == 2:
-        return mask[:, None, None, :]
+        return ops.expand_dims(ops.expand_dims(mask, 1), 1)
     if len(mask.shape) == 3:
-        return mask[:, None, :, :]
+        return ops.expand_dims(mask, 1)
     raise ValueError(
         f"Attention mask must have rank 2 (B, S) or 3 (B, T, S); got shape {mask.shape}."
     )

@@ -1,0 +1,105 @@
+"""Exported artifacts of a trained run: size, agreement with the SavedModel, BLEU, latency.
+
+    python benchmarks/export.py --run-dir runs/multi30k-en-de [--sentences 100]
+
+Exports the run (SavedModel; TFLite float32, dynamic-range int8 and float16) into a temporary
+folder, translates the first N Multi30k test2016 sentences one at a time with each artifact
+(beam 4, alpha 0.6) and prints one JSON line: file sizes in MB, the fraction of sentences whose
+ids equal the SavedModel's, sacreBLEU of each against the references, and milliseconds per
+sentence. The SavedModel is also compared with in-process beam search (`Translator`).
+"""
+
+import argparse
+import gzip
+import os
+import pathlib
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import emit  # noqa: E402
+
+import numpy as np  # noqa: E402
+import sacrebleu  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from keras_transformer import export  # noqa: E402
+from keras_transformer.translate import Translator  # noqa: E402
+from pipelines.sources import default_multi30k_dir  # noqa: E402
+
+
+def _size_mb(path):
+    path = pathlib.Path(path)
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    return round(sum(p.stat().st_size for p in files) / 1e6, 2)
+
+
+def _upto_eos(ids):
+    ids = np.asarray(ids).tolist()
+    return ids[: ids.index(2) + 1] if 2 in ids else ids
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--sentences", type=int, default=100)
+    parser.add_argument("--src-lang", default="en")
+    parser.add_argument("--tgt-lang", default="de")
+    args = parser.parse_args(argv)
+
+    folder = pathlib.Path(default_multi30k_dir())
+
+    def read(lang):
+        with gzip.open(folder / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+            return [line.rstrip("\n") for line in f][: args.sentences]
+
+    sources, references = read(args.src_lang), read(args.tgt_lang)
+    translator = Translator.from_run(args.run_dir, batch_size=len(sources))
+    rows = translator.encode(sources)
+    detokenize = translator.tokenizer.detokenize_dense
+
+    def texts(id_lists):
+        dense = tf.ragged.constant(id_lists).to_tensor()
+        return [t.decode("utf-8") for t in detokenize(dense).numpy()]
+
+    def bleu(hypotheses):
+        return round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
+
+    record = {"run_dir": str(args.run_dir), "sentences": len(sources)}
+    in_process = translator.translate(sources)
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        saved = export.export_run(args.run_dir, output_dir=tmp, name="model")
+        record["savedmodel_export_s"] = round(time.perf_counter() - start, 1)
+        record["savedmodel_mb"] = _size_mb(saved)
+        loaded = tf.saved_model.load(str(saved))
+        served = [t.decode("utf-8") for t in loaded.serve(tf.constant(sources))["translations"].numpy()]
+        record["savedmodel_equals_in_process"] = float(np.mean(
+            [a == b for a, b in zip(served, in_process)]))
+        record["bleu_in_process"] = bleu(in_process)
+        record["bleu_savedmodel"] = bleu(served)
+        start = time.perf_counter()
+        reference_ids = [_upto_eos(loaded.translate_ids(tf.constant([row]))["ids"].numpy()[0])
+                         for row in rows]
+        record["savedmodel_ms_per_sentence"] = round(
+            1000 * (time.perf_counter() - start) / len(rows), 1)
+        for quantize in export.QUANTIZATIONS:
+            key = "tflite_" + ("float32" if quantize == "none" else quantize)
+            path = export.export_run(args.run_dir, format="tflite", quantize=quantize,
+                                     output_dir=tmp, name="model")
+            record[key + "_mb"] = _size_mb(path)
+            runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()
+            start = time.perf_counter()
+            ids = [_upto_eos(runner(source_ids=np.array([row], np.int32))["ids"][0])
+                   for row in rows]
+            record[key + "_ms_per_sentence"] = round(
+                1000 * (time.perf_counter() - start) / len(rows), 1)
+            record[key + "_agreement"] = float(np.mean(
+                [a == b for a, b in zip(ids, reference_ids)]))
+            record[key + "_bleu"] = bleu(texts(ids))
+    emit(record)
+
+
+if __name__ == "__main__":
+    main()
