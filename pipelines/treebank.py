@@ -1,0 +1,193 @@
+"""Penn Treebank trees for constituency parsing as translation (paper Section 6.3).
+
+Trees are `Tree(label, children)` where a child is a `Tree` or a word (str); a preterminal is a
+tree whose only child is a word. The pipeline:
+
+    read_trees(text)        bracketed .mrg text -> trees (the unlabeled outer bracket -> "TOP")
+    clean(tree)             function tags and co-indices stripped (NP-SBJ-1 -> NP), empty
+                            elements (-NONE-) and the constituents left empty by them removed
+    linearize(tree)         -> (words, tokens): the sentence, and the tree as a token sequence
+                            in the style of Vinyals et al. (2015), "Grammar as a Foreign
+                            Language": "(S (NP NNP NNP )NP (VP VBZ ... )VP . )S" - an opening
+                            bracket with its label, POS tags in place of the words, a closing
+                            bracket with its label
+    delinearize(tokens, words)  the inverse, repairing malformed sequences deterministically
+
+`sample_splits` reads the NLTK 10% WSJ sample and splits it by file as the issue asks.
+"""
+
+import collections
+import re
+import tarfile
+
+Tree = collections.namedtuple("Tree", ["label", "children"])
+
+SPLITS = {"train": (1, 179), "dev": (180, 189), "test": (190, 199)}
+REPAIR_TAG = "XX"  # POS tag given to words the model produced no tag for
+
+
+class TreeError(ValueError):
+    """Malformed bracketed text (names the source and position)."""
+
+
+def _tokens(text):
+    return re.findall(r"\(|\)|[^\s()]+", text)
+
+
+def read_trees(text, source="<text>"):
+    """Parses every top-level bracketed tree in `text`."""
+    tokens, trees, stack = _tokens(text), [], []
+    for position, token in enumerate(tokens):
+        if token == "(":
+            label = tokens[position + 1] if position + 1 < len(tokens) else ")"
+            stack.append(Tree(label if label not in "()" else "TOP", []))
+        elif token == ")":
+            if not stack:
+                raise TreeError(f"{source}: unbalanced ')' at token {position + 1}")
+            tree = stack.pop()
+            if stack:
+                stack[-1].children.append(tree)
+            else:
+                trees.append(tree)
+        else:
+            if not stack:
+                raise TreeError(f"{source}: word {token!r} outside a tree at token {position + 1}")
+            if tokens[position - 1] == "(":
+                continue  # the label, already used
+            stack[-1].children.append(token)
+    if stack:
+        raise TreeError(f"{source}: {len(stack)} unclosed '(' at the end")
+    return trees
+
+
+def strip_label(label):
+    """NP-SBJ-1 -> NP, NP=2 -> NP; -NONE-, -LRB- and -RRB- are kept."""
+    if label.startswith("-") and label.endswith("-"):
+        return label
+    return re.split(r"[-=]", label)[0] or label
+
+
+def clean(tree):
+    """Tree without function tags and empty elements; None if nothing is left."""
+    if isinstance(tree, str):
+        return tree
+    if tree.label == "-NONE-":
+        return None
+    children = [c for c in (clean(child) for child in tree.children) if c is not None]
+    if not children:
+        return None
+    return Tree(strip_label(tree.label), children)
+
+
+def words(tree):
+    if isinstance(tree, str):
+        return [tree]
+    return [w for child in tree.children for w in words(child)]
+
+
+def is_preterminal(tree):
+    return len(tree.children) == 1 and isinstance(tree.children[0], str)
+
+
+def linearize(tree):
+    """(words, tokens) of a cleaned tree; the TOP wrapper is left out."""
+    if tree.label == "TOP" and len(tree.children) == 1:
+        tree = tree.children[0]
+    tokens = []
+
+    def walk(node):
+        if is_preterminal(node):
+            tokens.append(node.label)
+            return
+        tokens.append("(" + node.label)
+        for child in node.children:
+            walk(child)
+        tokens.append(")" + node.label)
+
+    walk(tree)
+    return words(tree), tokens
+
+
+def delinearize(tokens, sentence):
+    """A tree over `sentence` (list of words) from a token sequence, repaired if malformed.
+
+    Repairs, all deterministic: a closing bracket closes the innermost open constituent whatever
+    its label; closing brackets with nothing open are dropped; constituents still open at the
+    end are closed; POS tags beyond the number of words are dropped; words left without a POS
+    tag get the tag XX in the innermost constituent still open at the end (or the root); an
+    output with no constituent at all gets an S root; a constituent left empty is dropped.
+    """
+    root = None
+    stack = []
+    position = 0
+    for token in tokens:
+        if token.startswith("(") and len(token) > 1:
+            node = Tree(token[1:], [])
+            if stack:
+                stack[-1].children.append(node)
+            elif root is None:
+                root = node
+            else:  # a second top-level tree: continue inside the first one
+                root.children.append(node)
+            stack.append(node)
+        elif token.startswith(")"):
+            if stack:
+                stack.pop()
+        else:
+            if position >= len(sentence):
+                continue
+            leaf = Tree(token, [sentence[position]])
+            position += 1
+            if stack:
+                stack[-1].children.append(leaf)
+            elif root is None:
+                root = Tree("S", [leaf])
+                stack.append(root)
+            else:
+                root.children.append(leaf)
+    if root is None:
+        root = Tree("S", [])
+    target = stack[-1] if stack else root
+    for word in sentence[position:]:
+        target.children.append(Tree(REPAIR_TAG, [word]))
+    return _drop_empty(root) or Tree("S", [])
+
+
+def _drop_empty(tree):
+    if isinstance(tree, str) or is_preterminal(tree):
+        return tree
+    children = [c for c in (_drop_empty(child) for child in tree.children) if c is not None]
+    return Tree(tree.label, children) if children else None
+
+
+def to_string(tree):
+    """One-line bracketed form: (S (NP (DT The) (NN dog)) (VP (VBZ runs)))."""
+    if isinstance(tree, str):
+        return tree
+    return "(" + tree.label + " " + " ".join(to_string(child) for child in tree.children) + ")"
+
+
+def sample_splits(archive):
+    """{"train"|"dev"|"test": [cleaned trees]} from the NLTK WSJ sample archive, split by file
+    number (train 0001-0179, dev 0180-0189, test 0190-0199)."""
+    splits = {name: [] for name in SPLITS}
+    with tarfile.open(archive) as tar:
+        members = sorted((m for m in tar.getmembers() if m.name.endswith(".mrg")),
+                         key=lambda m: m.name)
+        if not members:
+            raise TreeError(f"{archive}: no .mrg files inside")
+        for member in members:
+            match = re.search(r"wsj_(\d{4})\.mrg$", member.name)
+            if not match:
+                continue
+            number = int(match.group(1))
+            split = next((name for name, (low, high) in SPLITS.items()
+                          if low <= number <= high), None)
+            if split is None:
+                continue
+            text = tar.extractfile(member).read().decode("utf-8")
+            for tree in read_trees(text, source=member.name):
+                tree = clean(tree)
+                if tree is not None:
+                    splits[split].append(tree)
+    return splits
