@@ -87,13 +87,16 @@ def search_ids(model, source_ids, beam_size, alpha, max_input_length):
     ids, empty = _prepare_ids(source_ids, max_input_length)
     step_fn, state, limits, max_length = model_step(model, ids, beam_size)
     result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
-    best, scores = result["ids"][:, 0, :], result["scores"][:, 0]
+    return _empty_rows_to_eos(result["ids"][:, 0, :], result["scores"][:, 0], empty)
+
+
+def _empty_rows_to_eos(best, scores, empty):
+    """Empty inputs translate to just EOS with score 0; columns of padding trimmed."""
+    # At least one column, so that every row can end with EOS.
+    best = tf.pad(best, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(best)[1])]])
     eos_only = tf.equal(tf.range(tf.shape(best)[1]), 0)
     best = tf.where(empty[:, None], tf.where(eos_only, EOS_ID, PAD_ID)[None, :], best)
-    # At least one column: every row ends with EOS.
-    best = tf.pad(best, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(best)[1])]])
-    best = trim(best)
-    return best, tf.where(empty, 0.0, scores)
+    return trim(best), tf.where(empty, 0.0, scores)
 
 
 def normalize_text(sentences):
@@ -307,9 +310,8 @@ class TFLiteTranslator(tf.Module):
             step_fn, state, limits, max_length = model_step(model, ids, self.beam_size)
             result = beam_search(step_fn, state, limits, self.beam_size, self.alpha, max_length)
             best, scores = result["ids"][:, 0, :], result["scores"][:, 0]
-        best = tf.where(empty[:, None], tf.where(tf.equal(tf.range(tf.shape(best)[1]), 0),
-                                                  EOS_ID, PAD_ID)[None, :], best)
-        return {"ids": trim(best), "score": tf.where(empty, 0.0, scores)}
+        best, scores = _empty_rows_to_eos(best, scores, empty)
+        return {"ids": best, "score": scores}
 
     def track_variables(self):
         self.model_variables = list(self.translate.get_concrete_function().variables)
