@@ -19,7 +19,7 @@ sentence is done.
 
 import tensorflow as tf
 
-from keras_transformer.search import mask_special_tokens, model_step
+from keras_transformer.search import EXTRA_LENGTH, mask_special_tokens, model_step
 from pipelines.special_ids import BOS_ID, EOS_ID
 
 NEG_INF = -1e9
@@ -144,19 +144,21 @@ def trim(ids):
     return ids[..., :length]
 
 
-def translate_beam(model, source_ids, beam_size=4, alpha=0.6, cached=True):
+def translate_beam(model, source_ids, beam_size=4, alpha=0.6, cached=True,
+                   extra_length=EXTRA_LENGTH):
     """Beam search of `model` on (B, S) source ids; returns the `beam_search` dict, trimmed."""
-    step_fn, state, limits, max_length = model_step(model, source_ids, beam_size, cached=cached)
+    step_fn, state, limits, max_length = model_step(model, source_ids, beam_size, cached=cached,
+                                                    extra_length=extra_length)
     result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
     result["ids"] = trim(result["ids"])
     return result
 
 
-def compiled_beam_search(model, beam_size=4, alpha=0.6, cached=True):
+def compiled_beam_search(model, beam_size=4, alpha=0.6, cached=True, extra_length=EXTRA_LENGTH):
     """`translate_beam` as one tf.function for any batch shape (traced once)."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def search(source_ids):
-        return translate_beam(model, source_ids, beam_size, alpha, cached)
+        return translate_beam(model, source_ids, beam_size, alpha, cached, extra_length)
 
     return search

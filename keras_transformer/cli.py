@@ -46,13 +46,15 @@ def _presets(args):
 CONFIG_HELP = {
     "preset": "model preset (keras-transformer presets)",
     "dropout": "override the preset's P_drop",
-    "dataset": "multi30k, wmt14 or text (your own parallel files)",
+    "dataset": "multi30k, wmt14, text (your own parallel files) or ptb (constituency "
+               "parsing on the Penn Treebank sample)",
     "src_lang": "source language", "tgt_lang": "target language",
     "train_src": "dataset text: training source file (plain or .gz)",
     "train_tgt": "dataset text: training target file",
     "dev_src": "dataset text: dev source file", "dev_tgt": "dataset text: dev target file",
     "data_dir": "tensorflow-datasets data directory",
-    "source_dir": "Multi30k raw files (default ../shared/data/multi30k, else download)",
+    "source_dir": "Multi30k raw files (default ../shared/data/multi30k, else download); "
+                  "for ptb the folder of treebank-combined.tar.gz (../shared/data/ptb-sample)",
     "vocab_size": "shared subword vocabulary size",
     "tokens_per_batch": "token budget per side and per replica (paper: 25000)",
     "max_length": "drop pairs longer than this many tokens",
@@ -297,6 +299,38 @@ def _saved_model_cli(args):
     saved_model_cli.main()
 
 
+def _parse(args):
+    import json
+
+    from tqdm import tqdm
+
+    from keras_transformer.parsing import Parser, evaluate_run
+    from pipelines.treebank import to_string
+
+    options = dict(model_file=args.model, beam_size=args.beam, alpha=args.alpha,
+                   batch_size=args.batch_size)
+    if args.evaluate:
+        with tqdm(unit=" sentences", file=sys.stderr, desc=f"parsing {args.evaluate}") as bar:
+            scores, trees = evaluate_run(args.run_dir, args.evaluate, progress=bar, **options)
+        if args.output:
+            _write_lines(args.output, [to_string(tree) for tree in trees])
+        print(f"PTB sample {args.evaluate}: labeled precision {scores['precision']:.2f}, recall "
+              f"{scores['recall']:.2f}, F1 {scores['f1']:.2f}, exact match "
+              f"{scores['exact_match']:.2f} ({scores['sentences']} sentences; EVALB convention: "
+              "punctuation and the root ignored)")
+        print(json.dumps({"split": args.evaluate, "beam": args.beam, "alpha": args.alpha,
+                          **scores}))
+        return
+    lines = _read_lines(args.input) if args.input else [line.rstrip("\n") for line in sys.stdin]
+    parser = Parser.from_run(args.run_dir, **options)
+    trees = parser.parse([" ".join(line.split()) for line in lines])
+    output = [to_string(tree) if line.strip() else "" for line, tree in zip(lines, trees)]
+    if args.output:
+        _write_lines(args.output, output)
+    else:
+        print("\n".join(output))
+
+
 def _demo(args):
     from keras_transformer.main_job import run
 
@@ -437,6 +471,27 @@ def build_parser():
     )
     smcli.add_argument("arguments", nargs=argparse.REMAINDER, help="saved_model_cli arguments")
     smcli.set_defaults(run=_saved_model_cli)
+
+    parse = commands.add_parser(
+        "parse",
+        help="constituency parsing with a run trained on --dataset ptb (sentences -> trees)",
+        description="Parses one whitespace-tokenized sentence per line (PTB style: 'The dog "
+        "runs .') into a bracketed tree, with the paper's parsing search: beam 21, alpha 0.3, "
+        "maximum output length input + 300. Malformed model output is repaired "
+        "deterministically. --evaluate SPLIT parses the PTB sample's dev or test files instead "
+        "and prints labeled bracketing precision, recall, F1 and exact match (EVALB convention).",
+    )
+    parse.add_argument("--run-dir", required=True, help="training output directory")
+    parse.add_argument("--model", help="model file (default: RUN_DIR/averaged.keras if it "
+                       "exists, else RUN_DIR/model.keras)")
+    parse.add_argument("--beam", type=int, default=21, help="beam size (21)")
+    parse.add_argument("--alpha", type=float, default=0.3, help="length penalty (0.3)")
+    parse.add_argument("--batch-size", type=int, default=16, help="sentences per batch (16)")
+    parse.add_argument("--input", help="input file (default: standard input)")
+    parse.add_argument("--output", help="output file (default: standard output)")
+    parse.add_argument("--evaluate", choices=("dev", "test"),
+                       help="score the PTB sample's dev or test split instead of reading input")
+    parse.set_defaults(run=_parse)
 
     demo = commands.add_parser(
         "demo",

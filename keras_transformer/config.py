@@ -13,7 +13,7 @@ import yaml
 
 from keras_transformer.presets import get_preset
 
-DATASETS = ("multi30k", "wmt14", "text")
+DATASETS = ("multi30k", "wmt14", "text", "ptb")
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "mirrored", "multiworker")
 
@@ -34,7 +34,7 @@ class TrainConfig:
     dev_src: typing.Optional[str] = None
     dev_tgt: typing.Optional[str] = None
     data_dir: typing.Optional[str] = None  # tfds data_dir
-    source_dir: typing.Optional[str] = None  # Multi30k raw files (default: shared data)
+    source_dir: typing.Optional[str] = None  # Multi30k raw files / PTB sample (shared data)
     vocab_size: int = 8000
     tokens_per_batch: int = 4096  # per side, per replica (paper: ~25000)
     max_length: int = 256

@@ -87,6 +87,14 @@ PRESETS = {
         model=dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.2),
         training=dict(warmup_steps=800, train_steps=8_000),
     ),
+    # Constituency parsing (Section 6.3) scaled to a 2-core CPU: the paper's 4 layers, a smaller
+    # d_model for the ~3.7k training trees of the WSJ sample. Dropout 0.3 for the small data.
+    "parse-small": _variant(
+        "Parsing on the WSJ sample for a 2-core CPU (4 layers, d_model=256, d_ff=1024, h=4, "
+        "P_drop=0.3).",
+        model=dict(num_layers=4, d_model=256, num_heads=4, d_ff=1024, dropout=0.3),
+        training=dict(warmup_steps=1000, train_steps=10_000),
+    ),
 }
 
 

@@ -30,7 +30,8 @@ def tile_beams(tensor, beam_size):
     return tf.repeat(tensor, beam_size, axis=0)
 
 
-def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None):
+def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None,
+               extra_length=EXTRA_LENGTH):
     """Step function, initial state and limits for searching `model` on `source_ids`.
 
     Args:
@@ -41,13 +42,14 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         max_length: cache length; default max(limits).
         cached: False recomputes the whole decoder over the prefix at every step (slow; a
             reference to test the cache against).
-        limits: (B,) maximum output lengths (default: source length + 50).
+        limits: (B,) maximum output lengths (default: source length + extra_length).
+        extra_length: 50 in the paper's translation setting, 300 for parsing.
 
     Returns:
         (step_fn, state, limits (B,), max_length).
     """
     if limits is None:
-        limits = output_limits(source_ids)
+        limits = output_limits(source_ids, extra_length)
     if max_length is None:
         max_length = tf.reduce_max(tf.concat([limits, [1]], axis=0))
     encoder_output, source_mask = model.encode(source_ids)
@@ -132,7 +134,7 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
     return outputs[:, :index], scores
 
 
-def compiled_greedy_search(model, cached=True):
+def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH):
     """Greedy search of `model` as one tf.function for any batch shape (traced once).
 
     Returns a function: source_ids (B, S) int32 -> (ids (B, T), log-probabilities (B,)).
@@ -140,7 +142,8 @@ def compiled_greedy_search(model, cached=True):
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def search(source_ids):
-        step_fn, state, limits, max_length = model_step(model, source_ids, cached=cached)
+        step_fn, state, limits, max_length = model_step(model, source_ids, cached=cached,
+                                                        extra_length=extra_length)
         return greedy_search(step_fn, state, limits, max_length)
 
     return search

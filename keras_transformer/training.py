@@ -26,7 +26,7 @@ from keras_transformer.loss import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import Perplexity, TokenAccuracy
 from keras_transformer.model import Transformer
 from keras_transformer.schedule import TransformerSchedule
-from pipelines import sources
+from pipelines import sources, treebank
 from pipelines.batching import count_lengths, make_dataset, tokenize_pairs
 from pipelines.tokenizer import SubwordTokenizer, train_tokenizer
 
@@ -91,6 +91,11 @@ def load_pairs(config, split):
     if config.dataset == "wmt14":
         name = {"train": "train", "dev": "validation", "test": "test"}[split]
         return sources.wmt14(name, config.src_lang, config.tgt_lang, config.data_dir), []
+    if config.dataset == "ptb":
+        archive = treebank.default_ptb_archive(config.source_dir)
+        trees = treebank.sample_splits(str(archive))[split]
+        sentences, linearized = treebank.task_pairs(trees)
+        return tf.data.Dataset.from_tensor_slices((sentences, linearized)), [archive]
     src, tgt = ((config.train_src, config.train_tgt) if split == "train"
                 else (config.dev_src, config.dev_tgt))
     if src is None:
@@ -112,8 +117,12 @@ def prepare_tokenizer(config, run_dir, chief=True, wait_seconds=600):
         return SubwordTokenizer.load(model_path)
     pairs, files = load_pairs(config, "train")
     texts = (text.decode("utf-8") for pair in pairs.as_numpy_iterator() for text in pair)
+    symbols = ()
+    if config.dataset == "ptb":  # every bracket and POS tag is one piece
+        archive = treebank.default_ptb_archive(config.source_dir)
+        symbols = treebank.tree_symbols(treebank.sample_splits(str(archive))["train"])
     return train_tokenizer(texts, vocab_dir, config.vocab_size, source_files=files,
-                           progress=config.verbose > 0, seed=config.seed)
+                           progress=config.verbose > 0, seed=config.seed, user_symbols=symbols)
 
 
 class TokenCounter:

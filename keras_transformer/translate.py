@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_transformer.beam_search import compiled_beam_search
-from keras_transformer.search import compiled_greedy_search
+from keras_transformer.search import EXTRA_LENGTH, compiled_greedy_search
 from pipelines.special_ids import EOS_ID
 from pipelines.tokenizer import SubwordTokenizer, normalize_whitespace
 
@@ -51,20 +51,23 @@ class Translator:
         max_input_length: longer inputs (in subword tokens, EOS included) are truncated to
             this length with a warning naming the sentence. Default 256.
         batch_size: sentences per search call (sentences are sorted by length first).
+        extra_length: maximum output length = input length + extra_length (paper: 50 for
+            translation, 300 for parsing).
     """
 
     def __init__(self, model, tokenizer, beam_size=4, alpha=0.6, max_input_length=256,
-                 batch_size=64):
+                 batch_size=64, extra_length=EXTRA_LENGTH):
         if beam_size < 1:
             raise ValueError(f"beam_size={beam_size} must be at least 1.")
         self.model, self.tokenizer = model, tokenizer
         self.beam_size, self.alpha = beam_size, alpha
         self.max_input_length, self.batch_size = max_input_length, batch_size
         if beam_size == 1:
-            greedy = compiled_greedy_search(model)
+            greedy = compiled_greedy_search(model, extra_length=extra_length)
             self._search = lambda ids: _as_nbest(*greedy(ids))
         else:
-            self._search = compiled_beam_search(model, beam_size, alpha)
+            self._search = compiled_beam_search(model, beam_size, alpha,
+                                                extra_length=extra_length)
 
     @classmethod
     def from_run(cls, run_dir, model_file=None, **kwargs):

@@ -101,7 +101,7 @@ def _fingerprint(settings, files):
 
 
 def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample_size=2_000_000,
-                    source_files=(), progress=True, seed=0):
+                    source_files=(), progress=True, seed=0, user_symbols=()):
     """Trains (or reuses) a shared sentencepiece vocabulary.
 
     Args:
@@ -113,6 +113,8 @@ def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample
         sample_size: sentencepiece trains on at most this many sentences (random sample).
         source_files: files the texts come from; their names, sizes and times key the cache.
         progress: show a progress bar while collecting the text.
+        user_symbols: space-separated tokens that must each be one piece (e.g. the tree
+            tokens of parsing).
 
     Returns:
         a `SubwordTokenizer`.
@@ -125,6 +127,8 @@ def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample
     model_path, info_path = output_dir / "spm.model", output_dir / "spm.json"
     settings = {"vocab_size": vocab_size, "model_type": model_type, "sample_size": sample_size,
                 "seed": seed, "version": 1}
+    if user_symbols:
+        settings["user_symbols"] = list(user_symbols)
     key = _fingerprint(settings, source_files) if source_files else None
     if key and model_path.is_file() and info_path.is_file():
         if json.loads(info_path.read_text()).get("fingerprint") == key:
@@ -158,6 +162,8 @@ def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample
                 pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
                 input_sentence_size=sample_size, shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
                 num_threads=os.cpu_count() or 1, minloglevel=2,
+                # With the word-boundary mark, so that " (NP" is one piece, not two.
+                user_defined_symbols=["\u2581" + symbol for symbol in user_symbols],
             )
         except RuntimeError as error:
             raise ValueError(

@@ -17,6 +17,9 @@ tree whose only child is a word. The pipeline:
 """
 
 import collections
+import functools
+import os
+import pathlib
 import re
 import tarfile
 
@@ -167,6 +170,38 @@ def to_string(tree):
     return "(" + tree.label + " " + " ".join(to_string(child) for child in tree.children) + ")"
 
 
+def default_ptb_archive(folder=None):
+    """The WSJ sample archive: FOLDER, $PTB_SAMPLE_DIR or ../shared/data/ptb-sample."""
+    candidates = [folder, os.environ.get("PTB_SAMPLE_DIR"),
+                  pathlib.Path.cwd().parent / "shared/data/ptb-sample",
+                  pathlib.Path(__file__).resolve().parents[2] / "shared/data/ptb-sample"]
+    for candidate in candidates:
+        if candidate and (pathlib.Path(candidate) / "treebank-combined.tar.gz").is_file():
+            return pathlib.Path(candidate) / "treebank-combined.tar.gz"
+    raise FileNotFoundError(
+        "treebank-combined.tar.gz not found (looked in --source-dir, $PTB_SAMPLE_DIR and "
+        "../shared/data/ptb-sample); NLTK distributes it as corpora/treebank.zip in nltk_data.")
+
+
+def tree_symbols(trees):
+    """Every bracket and POS token of the linearized trees, sorted (one vocabulary piece each)."""
+    symbols = set()
+    for tree in trees:
+        symbols.update(linearize(tree)[1])
+    return sorted(symbols)
+
+
+def task_pairs(trees):
+    """(sentences, linearized trees) as space-joined strings: the parsing 'translation' pairs."""
+    sources, targets = [], []
+    for tree in trees:
+        sentence, tokens = linearize(tree)
+        sources.append(" ".join(sentence))
+        targets.append(" ".join(tokens))
+    return sources, targets
+
+
+@functools.lru_cache(maxsize=4)
 def sample_splits(archive):
     """{"train"|"dev"|"test": [cleaned trees]} from the NLTK WSJ sample archive, split by file
     number (train 0001-0179, dev 0180-0189, test 0190-0199)."""

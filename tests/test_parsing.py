@@ -1,0 +1,47 @@
+"""Parsing as translation: a tiny model trained briefly on the PTB sample, end to end."""
+
+import subprocess
+import sys
+
+import pytest
+
+from pipelines.tokenizer import SubwordTokenizer
+from pipelines.treebank import read_trees, words
+
+
+@pytest.fixture(scope="module")
+def parse_run(tmp_path_factory, shared_data):
+    run_dir = tmp_path_factory.mktemp("parse") / "run"
+    command = [sys.executable, "-m", "keras_transformer.cli", "train", "--preset", "tiny",
+               "--dataset", "ptb", "--source-dir", str(shared_data / "ptb-sample"),
+               "--vocab-size", "1200", "--train-steps", "20", "--eval-steps", "20",
+               "--tokens-per-batch", "2048", "--max-length", "256", "--output-dir",
+               str(run_dir), "--verbose", "0"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+def test_tree_tokens_are_single_pieces(parse_run):
+    tokenizer = SubwordTokenizer.load(parse_run / "vocab" / "spm.model")
+    import tensorflow as tf
+
+    text = "(S (NP DT NN )NP (VP VBZ )VP . )S"
+    ids = tokenizer.tokenize(tf.constant([text])).to_list()[0]
+    assert len(ids) == len(text.split())
+    assert tokenizer.detokenize(tf.ragged.constant([ids])).numpy()[0].decode() == text
+
+
+def test_parse_command_gives_one_well_formed_tree_per_sentence(parse_run, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("The dog runs .\n\nProfits rose 5 % in the third quarter .\n")
+    command = [sys.executable, "-m", "keras_transformer.cli", "parse", "--run-dir",
+               str(parse_run), "--input", str(source), "--beam", "2"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3 and lines[1] == ""
+    for line, sentence in ((lines[0], "The dog runs ."),
+                           (lines[2], "Profits rose 5 % in the third quarter .")):
+        tree = read_trees(line)[0]  # parses: brackets balanced
+        assert words(tree) == sentence.split()  # repaired onto exactly the input words
