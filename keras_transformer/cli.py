@@ -218,15 +218,10 @@ def _evaluate(args):
         name = pathlib.Path(args.src).name
     else:
         from keras_transformer.config import load_run_config
-        from keras_transformer.training import load_pairs
+        from keras_transformer.training import split_texts
 
         config = load_run_config(args.run_dir)
-        pairs, _ = load_pairs(config, args.split)
-        if pairs is None:
-            raise ValueError(f"The run has no {args.split} set; pass --src and --ref.")
-        items = list(pairs.as_numpy_iterator())
-        sources_text = [s.decode("utf-8") for s, _ in items]
-        references = [t.decode("utf-8") for _, t in items]
+        sources_text, references = split_texts(config, args.split)
         name = f"{config.dataset} {args.split} {config.src_lang}-{config.tgt_lang}"
     with tqdm(total=len(sources_text), unit=" sentences", file=sys.stderr) as bar:
         hypotheses = translator.translate(sources_text, progress=bar)
@@ -264,13 +259,19 @@ def _attention(args):
         print(f"wrote {path}")
 
 
-def _add_model_flags(parser):
+def _add_run_flags(parser):
     parser.add_argument("--run-dir", required=True, help="training output directory")
     parser.add_argument("--model", help="model file (default: RUN_DIR/averaged.keras if it "
                         "exists, else RUN_DIR/model.keras)")
-    parser.add_argument("--beam", type=int, default=4, help="beam size (4; 1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=0.6, help="length penalty (0.6)")
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch (64)")
+
+
+def _add_model_flags(parser, beam=4, alpha=0.6, batch_size=64):
+    _add_run_flags(parser)
+    parser.add_argument("--beam", type=int, default=beam,
+                        help=f"beam size ({beam}; 1 = greedy)")
+    parser.add_argument("--alpha", type=float, default=alpha, help=f"length penalty ({alpha})")
+    parser.add_argument("--batch-size", type=int, default=batch_size,
+                        help=f"sentences per batch ({batch_size})")
 
 
 def _export(args):
@@ -439,9 +440,7 @@ def build_parser():
         "in and out for one sentence, with spm.model beside it. Files are written under a "
         "temporary name and renamed when complete.",
     )
-    export.add_argument("--run-dir", required=True, help="training output directory")
-    export.add_argument("--model", help="model file (default: RUN_DIR/averaged.keras if it "
-                        "exists, else RUN_DIR/model.keras)")
+    _add_run_flags(export)
     export.add_argument("--format", default="savedmodel", choices=("savedmodel", "tflite"),
                         help="savedmodel (default) or tflite")
     export.add_argument("--quantize", default="none", choices=("none", "dynamic", "float16"),
@@ -481,12 +480,7 @@ def build_parser():
         "deterministically. --evaluate SPLIT parses the PTB sample's dev or test files instead "
         "and prints labeled bracketing precision, recall, F1 and exact match (EVALB convention).",
     )
-    parse.add_argument("--run-dir", required=True, help="training output directory")
-    parse.add_argument("--model", help="model file (default: RUN_DIR/averaged.keras if it "
-                       "exists, else RUN_DIR/model.keras)")
-    parse.add_argument("--beam", type=int, default=21, help="beam size (21)")
-    parse.add_argument("--alpha", type=float, default=0.3, help="length penalty (0.3)")
-    parse.add_argument("--batch-size", type=int, default=16, help="sentences per batch (16)")
+    _add_model_flags(parse, beam=21, alpha=0.3, batch_size=16)
     parse.add_argument("--input", help="input file (default: standard input)")
     parse.add_argument("--output", help="output file (default: standard output)")
     parse.add_argument("--evaluate", choices=("dev", "test"),

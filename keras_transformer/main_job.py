@@ -34,16 +34,6 @@ EXAMPLES = ["A little girl climbs into a wooden playhouse.",
             "A dog is running through the snow."]
 
 
-def _split_texts(config, split, limit=None):
-    from keras_transformer.training import load_pairs
-
-    pairs, _ = load_pairs(config, split)
-    if limit:
-        pairs = pairs.take(limit)
-    items = list(pairs.as_numpy_iterator())
-    return [s.decode("utf-8") for s, _ in items], [t.decode("utf-8") for _, t in items]
-
-
 def _choose_weights(run_dir, config, tokenizer):
     """Final weights or an average of the last k checkpoints, whichever has the best greedy
     sacreBLEU on the first VAL_SENTENCES val sentences. Returns (model, label, val scores)."""
@@ -51,10 +41,10 @@ def _choose_weights(run_dir, config, tokenizer):
 
     from keras_transformer.checkpoints import average_checkpoints, latest_checkpoints
     from keras_transformer.evaluation import score
-    from keras_transformer.training import build_model
+    from keras_transformer.training import build_model, split_texts
     from keras_transformer.translate import Translator
 
-    sources, references = _split_texts(config, "dev", VAL_SENTENCES)
+    sources, references = split_texts(config, "dev", VAL_SENTENCES)
     import tensorflow as tf
 
     from keras_transformer.checkpoints import checkpoint_dir
@@ -93,7 +83,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     from keras_transformer.config import make_config
     from keras_transformer.evaluation import score
     from keras_transformer.export import export_saved_model
-    from keras_transformer.training import train
+    from keras_transformer.training import split_texts, train
     from keras_transformer.translate import Translator
     from pipelines.tokenizer import SubwordTokenizer
 
@@ -140,7 +130,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     # The quick job decodes test2016 only (val was used, greedy, to choose the weights).
     splits = (("dev", "val"), ("test", "test2016")) if full else (("test", "test2016"),)
     for split, key in splits:
-        sources, references = _split_texts(config, split)
+        sources, references = split_texts(config, split)
         with tqdm(total=len(sources), unit=" sentences", desc=f"{key} beam 4",
                   file=sys.stderr) as bar:
             hypotheses = translator.translate(sources, progress=bar)

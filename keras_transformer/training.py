@@ -103,6 +103,17 @@ def load_pairs(config, split):
     return sources.parallel_text(src, tgt)[0], [src, tgt]
 
 
+def split_texts(config, split, limit=None):
+    """(source strings, target strings) of a split, at most `limit` pairs."""
+    pairs, _ = load_pairs(config, split)
+    if pairs is None:
+        raise ValueError(f"The run has no {split} set; pass --src and --ref.")
+    if limit:
+        pairs = pairs.take(limit)
+    items = list(pairs.as_numpy_iterator())
+    return [s.decode("utf-8") for s, _ in items], [t.decode("utf-8") for _, t in items]
+
+
 def prepare_tokenizer(config, run_dir, chief=True, wait_seconds=600):
     """Trains the shared vocabulary once per run (the chief does; other workers wait)."""
     vocab_dir = pathlib.Path(run_dir) / "vocab"
