@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -30,3 +31,44 @@ def emit(record):
     line = json.dumps(record, sort_keys=True)
     print(line, flush=True)
     return line
+
+
+_OP_EVENT = re.compile(r"^[^\s:]+:(_?[A-Z][A-Za-z0-9_]*)$")  # "scope/name:OpType"
+
+
+def op_time_table(logdir, top=25):
+    """Total time per TensorFlow op type from the newest profiler trace under `logdir`.
+
+    Reads the `.xplane.pb` written by `tf.profiler.experimental.start/stop` and sums the
+    durations of the host's op events (the executor's TF ops, XLA clusters, tf.function
+    calls) by op type. Ops overlap when the executor runs them in parallel, so the sum can
+    exceed the wall-clock time. Returns [(op type, milliseconds, events)] sorted by time.
+    """
+    import collections
+    import glob
+
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True),
+                   key=os.path.getmtime)
+    if not paths:
+        raise FileNotFoundError(f"no .xplane.pb profile under {logdir}")
+    space = xplane_pb2.XSpace()
+    with open(paths[-1], "rb") as f:
+        space.ParseFromString(f.read())
+    totals = collections.defaultdict(lambda: [0.0, 0])
+    for plane in space.planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        for line in plane.lines:
+            for event in line.events:
+                name = plane.event_metadata[event.metadata_id].name
+                match = _OP_EVENT.match(name)
+                if not match:
+                    continue  # runtime bookkeeping (executor, eager, tf.data), not an op
+                kind = match.group(1)
+                totals[kind][0] += event.duration_ps / 1e9
+                totals[kind][1] += 1
+    table = sorted(((k, round(v[0], 1), v[1]) for k, v in totals.items()),
+                   key=lambda row: -row[1])
+    return table[:top]

@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit, measure_matmul_peak  # noqa: E402
+from common import emit, measure_matmul_peak, op_time_table  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -27,7 +27,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.loss import LabelSmoothedCrossEntropy  # noqa: E402
-from keras_transformer.schedule import TransformerSchedule  # noqa: E402
+from keras_transformer.optimizer import paper_optimizer  # noqa: E402
 
 
 def matmul_params(layer):
@@ -68,15 +68,18 @@ def main(argv=None):
     parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
     parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
+    parser.add_argument("--keras-adam", action="store_true",
+                        help="Keras' unfused Adam instead of the library's FusedAdam")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="also trace the timed steps with the TensorFlow profiler into DIR "
+                             "(view with TensorBoard) and add the top op types to the JSON")
     args = parser.parse_args(argv)
 
     peak = measure_matmul_peak()
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
     model.compile(
-        optimizer=keras.optimizers.Adam(
-            TransformerSchedule(model.d_model), beta_1=0.9, beta_2=0.98, epsilon=1e-9
-        ),
+        optimizer=paper_optimizer(model.d_model, fused=not args.keras_adam),
         loss=LabelSmoothedCrossEntropy(0.1),
         jit_compile=args.xla,
     )
@@ -93,6 +96,14 @@ def main(argv=None):
               shuffle=False)
     wall = time.perf_counter() - start
 
+    top_ops = None
+    if args.profile:  # a separate, traced run: tracing slows the steps a little
+        tf.profiler.experimental.start(args.profile)
+        model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, shuffle=False)
+        tf.profiler.experimental.stop()
+        top_ops = [{"op": op, "ms_per_step": round(ms / args.steps, 1)}
+                   for op, ms, _ in op_time_table(args.profile)]
+
     step_s = statistics.median(timer.times)
     flops = model_flops_per_step(model, args.batch, args.length, args.length)
     emit({
@@ -103,6 +114,7 @@ def main(argv=None):
         "length": args.length,
         "vocab_size": args.vocab_size,
         "xla": args.xla,
+        "optimizer": "keras_adam" if args.keras_adam else "fused_adam",
         "steps": args.steps,
         "step_s": round(step_s, 4),
         "wall_s": round(wall, 2),
@@ -111,6 +123,7 @@ def main(argv=None):
         "achieved_gflops": round(flops / step_s / 1e9, 1),
         "peak_gflops": round(peak, 1),
         "mfu": round(flops / step_s / 1e9 / peak, 3),
+        **({"top_ops": top_ops} if top_ops else {}),
     })
 
 

@@ -25,7 +25,7 @@ from keras_transformer.errors import UserError
 from keras_transformer.loss import LabelSmoothedCrossEntropy
 from keras_transformer.metrics import Perplexity, TokenAccuracy
 from keras_transformer.model import Transformer
-from keras_transformer.schedule import TransformerSchedule
+from keras_transformer.optimizer import paper_optimizer
 from pipelines import sources, treebank
 from pipelines.batching import count_lengths, make_dataset, tokenize_pairs
 from pipelines.tokenizer import SubwordTokenizer, train_tokenizer
@@ -320,12 +320,8 @@ def build_model(config, vocab_size):
 
 
 def compile_model(model, config):
-    optimizer = keras.optimizers.Adam(
-        TransformerSchedule(model.d_model, config.warmup_steps, scale=config.lr_scale),
-        beta_1=0.9, beta_2=0.98, epsilon=1e-9,
-        gradient_accumulation_steps=config.grad_accum_steps if config.grad_accum_steps > 1
-        else None,
-    )
+    optimizer = paper_optimizer(model.d_model, config.warmup_steps, config.lr_scale,
+                                config.grad_accum_steps)
     loss = LabelSmoothedCrossEntropy(config.label_smoothing)
     model.compile(optimizer=optimizer, loss=loss, metrics=[TokenAccuracy(), Perplexity()],
                   jit_compile=config.xla)

@@ -69,3 +69,55 @@ def test_metrics_ignore_padding():
     perplexity = Perplexity()
     perplexity.update_state(LABELS, LOGITS)
     assert float(perplexity.result()) == pytest.approx(math.exp(hand_loss(0.0)), rel=1e-5)
+
+
+def _fit_regression(optimizer, steps=20):
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="tanh"),
+                              keras.layers.Dense(3)])
+    model.compile(optimizer=optimizer, loss="mse")
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(32, 6)), rng.normal(size=(32, 3))
+    model.fit(x, y, batch_size=8, epochs=steps // 4, shuffle=False, verbose=0)
+    return model
+
+
+def test_fused_adam_matches_keras_adam_and_saves():
+    import keras
+
+    from keras_transformer.optimizer import FusedAdam, paper_optimizer
+
+    fused = _fit_regression(paper_optimizer(8, warmup_steps=5))
+    plain = _fit_regression(paper_optimizer(8, warmup_steps=5, fused=False))
+    assert isinstance(fused.optimizer, FusedAdam)
+    assert int(fused.optimizer.iterations) == 20
+    for a, b in zip(fused.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for a, b in zip(fused.optimizer.variables, plain.optimizer.variables):  # step and moments
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-7)
+    clone = keras.optimizers.deserialize(keras.optimizers.serialize(fused.optimizer))
+    assert isinstance(clone, FusedAdam) and clone.beta_2 == 0.98 and clone.epsilon == 1e-9
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_fused_loss_gradient_equals_autodiff_of_the_formula(eps):
+    import tensorflow as tf
+
+    from keras_transformer.loss import smoothed_token_losses
+
+    rng = np.random.default_rng(1)
+    logits = tf.constant(rng.normal(size=(3, 5, 11)).astype("float32") * 3)
+    labels = tf.constant(rng.integers(0, 11, (3, 5)).astype("int32"))
+    weights = tf.constant(rng.normal(size=(3, 5)).astype("float32"))
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(logits)
+        fused = tf.reduce_sum(smoothed_token_losses(labels, logits, eps) * weights)
+        lse = tf.reduce_logsumexp(logits, -1)
+        target = tf.gather(logits, labels[..., None], batch_dims=2)[..., 0]
+        formula = (1 - eps) * (lse - target) + eps * (lse - tf.reduce_mean(logits, -1))
+        reference = tf.reduce_sum(formula * weights)
+    assert float(fused) == pytest.approx(float(reference), rel=1e-5)
+    np.testing.assert_allclose(tape.gradient(fused, logits), tape.gradient(reference, logits),
+                               atol=1e-6)
