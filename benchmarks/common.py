@@ -26,9 +26,16 @@ def measure_matmul_peak(sizes=(2048, 4096), repeats=5, dtype=tf.float32):
     return best
 
 
+def peak_rss_mb():
+    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def emit(record):
-    """Prints one JSON line (the benchmark's result) and returns it."""
-    line = json.dumps(record, sort_keys=True)
+    """Prints one JSON line (the benchmark's result, with the process's peak RSS) and returns it."""
+    line = json.dumps({**record, "peak_rss_mb": peak_rss_mb()}, sort_keys=True)
     print(line, flush=True)
     return line
 

@@ -70,10 +70,18 @@ def main(argv=None):
     parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
     parser.add_argument("--keras-adam", action="store_true",
                         help="Keras' unfused Adam instead of the library's FusedAdam")
+    parser.add_argument("--inter-op-threads", type=int, default=None,
+                        help="TensorFlow inter-op threads (default: TensorFlow's choice)")
+    parser.add_argument("--intra-op-threads", type=int, default=None,
+                        help="TensorFlow intra-op threads (default: TensorFlow's choice)")
     parser.add_argument("--profile", metavar="DIR",
                         help="also trace the timed steps with the TensorFlow profiler into DIR "
                              "(view with TensorBoard) and add the top op types to the JSON")
     args = parser.parse_args(argv)
+    if args.inter_op_threads is not None:
+        tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
+    if args.intra_op_threads is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
 
     peak = measure_matmul_peak()
     keras.utils.set_random_seed(0)
@@ -115,6 +123,9 @@ def main(argv=None):
         "vocab_size": args.vocab_size,
         "xla": args.xla,
         "optimizer": "keras_adam" if args.keras_adam else "fused_adam",
+        "threads": {"inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+                    "intra_op": tf.config.threading.get_intra_op_parallelism_threads()},
+        "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
         "steps": args.steps,
         "step_s": round(step_s, 4),
         "wall_s": round(wall, 2),

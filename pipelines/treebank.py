@@ -92,8 +92,14 @@ def is_preterminal(tree):
     return len(tree.children) == 1 and isinstance(tree.children[0], str)
 
 
-def linearize(tree):
-    """(words, tokens) of a cleaned tree; the TOP wrapper is left out."""
+def linearize(tree, with_words=True):
+    """(words, tokens) of a cleaned tree; the TOP wrapper is left out.
+
+    With `with_words` (the default, what the parser is trained on) each POS tag is followed by
+    its word: "(S (NP NNP Pierre NNP Vinken )NP ...". The copied words tell the decoder where it
+    is in the sentence, which a model trained on a few thousand trees otherwise has to learn by
+    counting; without them the sequence is Vinyals et al.'s "(S (NP NNP NNP )NP ...".
+    """
     if tree.label == "TOP" and len(tree.children) == 1:
         tree = tree.children[0]
     tokens = []
@@ -101,6 +107,8 @@ def linearize(tree):
     def walk(node):
         if is_preterminal(node):
             tokens.append(node.label)
+            if with_words:
+                tokens.append(node.children[0])
             return
         tokens.append("(" + node.label)
         for child in node.children:
@@ -111,8 +119,15 @@ def linearize(tree):
     return words(tree), tokens
 
 
-def delinearize(tokens, sentence):
+def _is_bracket(token):
+    return (token.startswith("(") or token.startswith(")")) and len(token) > 1
+
+
+def delinearize(tokens, sentence, with_words=True):
     """A tree over `sentence` (list of words) from a token sequence, repaired if malformed.
+
+    The tree's words are always those of `sentence`, in order: with `with_words`, the token
+    after a POS tag (unless it is a bracket) is taken as the copied word and skipped.
 
     Repairs, all deterministic: a closing bracket closes the innermost open constituent whatever
     its label; closing brackets with nothing open are dropped; constituents still open at the
@@ -123,7 +138,12 @@ def delinearize(tokens, sentence):
     root = None
     stack = []
     position = 0
+    after_tag = False
     for token in tokens:
+        if after_tag and with_words and not _is_bracket(token):
+            after_tag = False  # the word copied after its tag
+            continue
+        after_tag = False
         if token.startswith("(") and len(token) > 1:
             node = Tree(token[1:], [])
             if stack:
@@ -137,6 +157,7 @@ def delinearize(tokens, sentence):
             if stack:
                 stack.pop()
         else:
+            after_tag = True
             if position >= len(sentence):
                 continue
             leaf = Tree(token, [sentence[position]])
@@ -187,7 +208,7 @@ def tree_symbols(trees):
     """Every bracket and POS token of the linearized trees, sorted (one vocabulary piece each)."""
     symbols = set()
     for tree in trees:
-        symbols.update(linearize(tree)[1])
+        symbols.update(linearize(tree, with_words=False)[1])
     return sorted(symbols)
 
 

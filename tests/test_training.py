@@ -229,6 +229,7 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
 
 @pytest.mark.parametrize("options", [["--grad-accum-steps", "2"],
                                      ["--precision", "mixed_bfloat16"],
+                                     ["--precision", "mixed_float16"],
                                      ["--bleu-steps", "3", "--bleu-sentences", "10"]])
 def test_training_options_reach_the_requested_steps(tmp_path, options):
     corpus = write_corpus(tmp_path / "corpus")

@@ -23,9 +23,11 @@ def test_read_and_clean_strip_function_tags_and_empty_elements():
 
 def test_linearize_is_vinyals_style():
     tree = clean(read_trees(MRG)[1])
-    words, tokens = linearize(tree)
+    words, tokens = linearize(tree, with_words=False)
     assert words == ["It", "is", "."]
     assert tokens == ["(S", "(NP", "PRP", ")NP", "(VP", "VBZ", ")VP", ".", ")S"]
+    assert linearize(tree)[1] == ["(S", "(NP", "PRP", "It", ")NP", "(VP", "VBZ", "is", ")VP",
+                                  ".", ".", ")S"]
 
 
 def test_malformed_text_is_named():
@@ -35,15 +37,16 @@ def test_malformed_text_is_named():
         read_trees("(S (NN a)))")
 
 
-def test_round_trip_over_every_sample_tree(shared_data):
+@pytest.mark.parametrize("with_words", [True, False])
+def test_round_trip_over_every_sample_tree(shared_data, with_words):
     splits = sample_splits(shared_data / "ptb-sample" / "treebank-combined.tar.gz")
     counts = {name: len(trees) for name, trees in splits.items()}
     assert sum(counts.values()) > 3800 and min(counts.values()) > 100, counts
     for trees in splits.values():
         for tree in trees:
-            words, tokens = linearize(tree)
+            words, tokens = linearize(tree, with_words)
             expected = tree.children[0] if tree.label == "TOP" else tree
-            assert delinearize(tokens, words) == expected, to_string(tree)
+            assert delinearize(tokens, words, with_words) == expected, to_string(tree)
 
 
 @pytest.mark.parametrize("tokens, words, expected", [
@@ -62,4 +65,18 @@ def test_round_trip_over_every_sample_tree(shared_data):
     ("NN (VP VBZ )VP", "dog runs", "(S (NN dog) (VP (VBZ runs)))"),
 ])
 def test_repair_of_malformed_output(tokens, words, expected):
+    assert to_string(delinearize(tokens.split(), words.split(), with_words=False)) == expected
+
+
+@pytest.mark.parametrize("tokens, words, expected", [
+    # the copied words are skipped; the tree's words are the sentence's
+    ("(S (NP DT The NN cat )NP (VP VBZ runs )VP )S", "The dog runs",
+     "(S (NP (DT The) (NN dog)) (VP (VBZ runs)))"),
+    # the token after a tag is always its word, even a tag; a stray token is a tag
+    ("(S (NP DT NN dog )NP runs )S", "The dog runs",
+     "(S (NP (DT The) (dog dog)) (runs runs))"),
+    # unclosed, and words left over
+    ("(S (NP DT The", "The dog", "(S (NP (DT The) (XX dog)))"),
+])
+def test_repair_of_malformed_output_with_words(tokens, words, expected):
     assert to_string(delinearize(tokens.split(), words.split())) == expected
