@@ -1,6 +1,8 @@
 """Training-step speed and model FLOPs utilization (MFU) of a preset on fixed-shape batches.
 
     python benchmarks/train_step.py --preset base [--batch 128 --length 32 --vocab-size 37000]
+    python benchmarks/train_step.py --preset base --batch 780 --grad-accum-steps 6   # 25k tokens
+    python benchmarks/train_step.py --preset base --profile /tmp/profile             # top ops
 
 Measures the machine's fp32 matmul peak in the same run, trains the preset with `model.fit` on
 random ids (source and target both (batch, length)) after a warm-up, and prints one JSON line.
@@ -68,6 +70,9 @@ def main(argv=None):
     parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
     parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
+    parser.add_argument("--grad-accum-steps", type=int, default=1,
+                        help="split each batch into K micro-batches whose gradients are summed "
+                             "before one update (what makes 25000-token batches fit in memory)")
     parser.add_argument("--keras-adam", action="store_true",
                         help="Keras' unfused Adam instead of the library's FusedAdam")
     parser.add_argument("--inter-op-threads", type=int, default=None,
@@ -87,27 +92,35 @@ def main(argv=None):
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
     model.compile(
-        optimizer=paper_optimizer(model.d_model, fused=not args.keras_adam),
+        optimizer=paper_optimizer(model.d_model, grad_accum_steps=args.grad_accum_steps,
+                                  fused=not args.keras_adam),
         loss=LabelSmoothedCrossEntropy(0.1),
         jit_compile=args.xla,
     )
-    shape = (args.batch, args.length)
+    if args.batch % args.grad_accum_steps:
+        parser.error(f"--batch {args.batch} must be a multiple of --grad-accum-steps")
+    shape = (args.batch // args.grad_accum_steps, args.length)  # one micro-batch
     rng = np.random.default_rng(0)
     src, tgt_in, labels = (rng.integers(1, args.vocab_size, shape).astype("int32")
                            for _ in range(3))
     dataset = tf.data.Dataset.from_tensors(((src, tgt_in), labels)).repeat()
 
-    model.fit(dataset, steps_per_epoch=args.warmup_steps, epochs=1, verbose=0, shuffle=False)
+    accum = args.grad_accum_steps
+    model.fit(dataset, steps_per_epoch=args.warmup_steps * accum, epochs=1, verbose=0,
+              shuffle=False)
     timer = StepTimer()
     start = time.perf_counter()
-    model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, callbacks=[timer],
-              shuffle=False)
+    model.fit(dataset, steps_per_epoch=args.steps * accum, epochs=1, verbose=0,
+              callbacks=[timer], shuffle=False)
     wall = time.perf_counter() - start
+    # One optimizer step = `accum` micro-batches.
+    timer.times = [sum(timer.times[i:i + accum]) for i in range(0, len(timer.times), accum)]
 
     top_ops = None
     if args.profile:  # a separate, traced run: tracing slows the steps a little
         tf.profiler.experimental.start(args.profile)
-        model.fit(dataset, steps_per_epoch=args.steps, epochs=1, verbose=0, shuffle=False)
+        model.fit(dataset, steps_per_epoch=args.steps * accum, epochs=1, verbose=0,
+                  shuffle=False)
         tf.profiler.experimental.stop()
         top_ops = [{"op": op, "ms_per_step": round(ms / args.steps, 1)}
                    for op, ms, _ in op_time_table(args.profile)]
@@ -120,6 +133,7 @@ def main(argv=None):
         "params": model.count_params(),
         "batch": args.batch,
         "length": args.length,
+        "grad_accum_steps": args.grad_accum_steps,
         "vocab_size": args.vocab_size,
         "xla": args.xla,
         "optimizer": "keras_adam" if args.keras_adam else "fused_adam",
