@@ -17,6 +17,7 @@ tree whose only child is a word. The pipeline:
 """
 
 import collections
+import difflib
 import functools
 import os
 import pathlib
@@ -27,6 +28,11 @@ Tree = collections.namedtuple("Tree", ["label", "children"])
 
 SPLITS = {"train": (1, 179), "dev": (180, 189), "test": (190, 199)}
 REPAIR_TAG = "XX"  # POS tag given to words the model produced no tag for
+# The Penn Treebank POS tags (Santorini 1990), for telling a tag from a piece of a copied word.
+PTB_TAGS = frozenset(
+    "CC CD DT EX FW IN JJ JJR JJS LS MD NN NNS NNP NNPS PDT POS PRP PRP$ RB RBR RBS RP SYM TO UH "
+    "VB VBD VBG VBN VBP VBZ WDT WP WP$ WRB # $ . , : `` '' -LRB- -RRB- -NONE-".split()
+)
 
 
 class TreeError(ValueError):
@@ -123,11 +129,82 @@ def _is_bracket(token):
     return (token.startswith("(") or token.startswith(")")) and len(token) > 1
 
 
+def align_leaves(tokens, sentence):
+    """Tags-only tokens from a with-words sequence, its leaves aligned to `sentence`'s words.
+
+    The token after a tag is its copied word; further tokens that are not PTB tags are more
+    pieces of that word (a rare word copied in pieces). When the leaves and the words differ in
+    number, a minimum-cost alignment (edit distance; substituting costs 1 - the similarity of
+    the two strings) decides which leaf holds which word: a leaf left without a word is dropped,
+    a word left without a leaf gets an XX leaf where the next aligned leaf stands. With as many
+    leaves as words, leaf i is word i.
+    """
+    items, leaves, expecting_word = [], [], False
+    for token in tokens:
+        if _is_bracket(token):
+            items.append(token)
+            expecting_word = False
+        elif expecting_word:
+            leaves[-1][1] = token
+            expecting_word = False
+        elif items and isinstance(items[-1], list) and token not in PTB_TAGS:
+            leaves[-1][1] += token  # another piece of the same word
+        else:
+            leaf = [token, ""]
+            items.append(leaf)
+            leaves.append(leaf)
+            expecting_word = True
+    if len(leaves) == len(sentence):
+        word_of = {id(leaf): i for i, leaf in enumerate(leaves)}
+    else:
+        word_of = _align([leaf[1] for leaf in leaves], sentence, leaves)
+    output, next_word = [], 0
+    for item in items:
+        if not isinstance(item, list):
+            output.append(item)
+            continue
+        index = word_of.get(id(item))
+        if index is None:
+            continue  # a leaf with no word of its own
+        output.extend([REPAIR_TAG] * (index - next_word))  # words the model skipped
+        output.append(item[0])
+        next_word = index + 1
+    return output
+
+
+def _align(copied, sentence, leaves):
+    """{id(leaf): word index} by minimum edit cost between copied words and sentence words."""
+    n, m = len(copied), len(sentence)
+    cost = [[0.0] * (m + 1) for _ in range(n + 1)]
+    for i in range(1, n + 1):
+        cost[i][0] = float(i)
+    for j in range(1, m + 1):
+        cost[0][j] = float(j)
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            a, b = copied[i - 1], sentence[j - 1]
+            substitute = 0.0 if a == b else 1.0 - difflib.SequenceMatcher(None, a, b).ratio()
+            cost[i][j] = min(cost[i - 1][j - 1] + substitute, cost[i - 1][j] + 1.0,
+                             cost[i][j - 1] + 1.0)
+    word_of, i, j = {}, n, m
+    while i > 0 and j > 0:
+        a, b = copied[i - 1], sentence[j - 1]
+        substitute = 0.0 if a == b else 1.0 - difflib.SequenceMatcher(None, a, b).ratio()
+        if cost[i][j] == cost[i - 1][j - 1] + substitute:
+            word_of[id(leaves[i - 1])] = j - 1
+            i, j = i - 1, j - 1
+        elif cost[i][j] == cost[i - 1][j] + 1.0:
+            i -= 1
+        else:
+            j -= 1
+    return word_of
+
+
 def delinearize(tokens, sentence, with_words=True):
     """A tree over `sentence` (list of words) from a token sequence, repaired if malformed.
 
-    The tree's words are always those of `sentence`, in order: with `with_words`, the token
-    after a POS tag (unless it is a bracket) is taken as the copied word and skipped.
+    The tree's words are always those of `sentence`, in order. With `with_words`, the leaves
+    are first aligned to the words by their copied words (`align_leaves`).
 
     Repairs, all deterministic: a closing bracket closes the innermost open constituent whatever
     its label; closing brackets with nothing open are dropped; constituents still open at the
@@ -135,15 +212,12 @@ def delinearize(tokens, sentence, with_words=True):
     tag get the tag XX in the innermost constituent still open at the end (or the root); an
     output with no constituent at all gets an S root; a constituent left empty is dropped.
     """
+    if with_words:
+        tokens = align_leaves(tokens, sentence)
     root = None
     stack = []
     position = 0
-    after_tag = False
     for token in tokens:
-        if after_tag and with_words and not _is_bracket(token):
-            after_tag = False  # the word copied after its tag
-            continue
-        after_tag = False
         if token.startswith("(") and len(token) > 1:
             node = Tree(token[1:], [])
             if stack:
@@ -157,7 +231,6 @@ def delinearize(tokens, sentence, with_words=True):
             if stack:
                 stack.pop()
         else:
-            after_tag = True
             if position >= len(sentence):
                 continue
             leaf = Tree(token, [sentence[position]])

@@ -72,9 +72,16 @@ def test_repair_of_malformed_output(tokens, words, expected):
     # the copied words are skipped; the tree's words are the sentence's
     ("(S (NP DT The NN cat )NP (VP VBZ runs )VP )S", "The dog runs",
      "(S (NP (DT The) (NN dog)) (VP (VBZ runs)))"),
-    # the token after a tag is always its word, even a tag; a stray token is a tag
-    ("(S (NP DT NN dog )NP runs )S", "The dog runs",
-     "(S (NP (DT The) (dog dog)) (runs runs))"),
+    # a rare word copied in pieces, with a tag in the middle: aligned by the copied words,
+    # the extra leaf dropped
+    ("(S (NP NNP Interleuk NNP cin-3 NNS materials )NP (VP VBZ covers )VP )S",
+     "Interleukin-3 materials covers",
+     "(S (NP (NNP Interleukin-3) (NNS materials)) (VP (VBZ covers)))"),
+    # a skipped word gets an XX leaf where it belongs, not at the end
+    ("(S (NP DT The )NP (VP VBZ runs )VP )S", "The dog runs",
+     "(S (NP (DT The)) (VP (XX dog) (VBZ runs)))"),
+    # a punctuation word equal to its tag
+    ("(S (NP NN dog )NP . . )S", "dog .", "(S (NP (NN dog)) (. .))"),
     # unclosed, and words left over
     ("(S (NP DT The", "The dog", "(S (NP (DT The) (XX dog)))"),
 ])
