@@ -83,6 +83,9 @@ def main(argv=None):
                         help="also trace the timed steps with the TensorFlow profiler into DIR "
                              "(view with TensorBoard) and add the top op types to the JSON")
     args = parser.parse_args(argv)
+    accum = args.grad_accum_steps
+    if accum < 1 or args.batch % accum:
+        parser.error(f"--batch {args.batch} must be a multiple of --grad-accum-steps {accum}")
     if args.inter_op_threads is not None:
         tf.config.threading.set_inter_op_parallelism_threads(args.inter_op_threads)
     if args.intra_op_threads is not None:
@@ -92,20 +95,17 @@ def main(argv=None):
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
     model.compile(
-        optimizer=paper_optimizer(model.d_model, grad_accum_steps=args.grad_accum_steps,
+        optimizer=paper_optimizer(model.d_model, grad_accum_steps=accum,
                                   fused=not args.keras_adam),
         loss=LabelSmoothedCrossEntropy(0.1),
         jit_compile=args.xla,
     )
-    if args.batch % args.grad_accum_steps:
-        parser.error(f"--batch {args.batch} must be a multiple of --grad-accum-steps")
-    shape = (args.batch // args.grad_accum_steps, args.length)  # one micro-batch
+    shape = (args.batch // accum, args.length)  # one micro-batch
     rng = np.random.default_rng(0)
     src, tgt_in, labels = (rng.integers(1, args.vocab_size, shape).astype("int32")
                            for _ in range(3))
     dataset = tf.data.Dataset.from_tensors(((src, tgt_in), labels)).repeat()
 
-    accum = args.grad_accum_steps
     model.fit(dataset, steps_per_epoch=args.warmup_steps * accum, epochs=1, verbose=0,
               shuffle=False)
     timer = StepTimer()
@@ -133,7 +133,7 @@ def main(argv=None):
         "params": model.count_params(),
         "batch": args.batch,
         "length": args.length,
-        "grad_accum_steps": args.grad_accum_steps,
+        "grad_accum_steps": accum,
         "vocab_size": args.vocab_size,
         "xla": args.xla,
         "optimizer": "keras_adam" if args.keras_adam else "fused_adam",

@@ -139,7 +139,7 @@ def align_leaves(tokens, sentence):
     a word left without a leaf gets an XX leaf where the next aligned leaf stands. With as many
     leaves as words, leaf i is word i.
     """
-    items, leaves, expecting_word = [], [], False
+    items, leaves, expecting_word = [], [], False  # items: brackets and leaf indices
     for token in tokens:
         if _is_bracket(token):
             items.append(token)
@@ -147,51 +147,45 @@ def align_leaves(tokens, sentence):
         elif expecting_word:
             leaves[-1][1] = token
             expecting_word = False
-        elif items and isinstance(items[-1], list) and token not in PTB_TAGS:
+        elif items and isinstance(items[-1], int) and token not in PTB_TAGS:
             leaves[-1][1] += token  # another piece of the same word
         else:
-            leaf = [token, ""]
-            items.append(leaf)
-            leaves.append(leaf)
+            items.append(len(leaves))
+            leaves.append([token, ""])
             expecting_word = True
     if len(leaves) == len(sentence):
-        word_of = {id(leaf): i for i, leaf in enumerate(leaves)}
+        word_of = list(range(len(leaves)))
     else:
-        word_of = _align([leaf[1] for leaf in leaves], sentence, leaves)
+        word_of = _align([copied for _, copied in leaves], sentence)
     output, next_word = [], 0
     for item in items:
-        if not isinstance(item, list):
+        if isinstance(item, str):
             output.append(item)
             continue
-        index = word_of.get(id(item))
+        index = word_of[item]
         if index is None:
             continue  # a leaf with no word of its own
         output.extend([REPAIR_TAG] * (index - next_word))  # words the model skipped
-        output.append(item[0])
+        output.append(leaves[item][0])
         next_word = index + 1
     return output
 
 
-def _align(copied, sentence, leaves):
-    """{id(leaf): word index} by minimum edit cost between copied words and sentence words."""
+def _align(copied, sentence):
+    """For each copied word, the index of its sentence word (or None), by minimum edit cost."""
     n, m = len(copied), len(sentence)
-    cost = [[0.0] * (m + 1) for _ in range(n + 1)]
-    for i in range(1, n + 1):
-        cost[i][0] = float(i)
-    for j in range(1, m + 1):
-        cost[0][j] = float(j)
+    substitute = [[0.0 if a == b else 1.0 - difflib.SequenceMatcher(None, a, b).ratio()
+                   for b in sentence] for a in copied]
+    cost = [[float(i + j) if i == 0 or j == 0 else 0.0 for j in range(m + 1)]
+            for i in range(n + 1)]
     for i in range(1, n + 1):
         for j in range(1, m + 1):
-            a, b = copied[i - 1], sentence[j - 1]
-            substitute = 0.0 if a == b else 1.0 - difflib.SequenceMatcher(None, a, b).ratio()
-            cost[i][j] = min(cost[i - 1][j - 1] + substitute, cost[i - 1][j] + 1.0,
-                             cost[i][j - 1] + 1.0)
-    word_of, i, j = {}, n, m
+            cost[i][j] = min(cost[i - 1][j - 1] + substitute[i - 1][j - 1],
+                             cost[i - 1][j] + 1.0, cost[i][j - 1] + 1.0)
+    word_of, i, j = [None] * n, n, m
     while i > 0 and j > 0:
-        a, b = copied[i - 1], sentence[j - 1]
-        substitute = 0.0 if a == b else 1.0 - difflib.SequenceMatcher(None, a, b).ratio()
-        if cost[i][j] == cost[i - 1][j - 1] + substitute:
-            word_of[id(leaves[i - 1])] = j - 1
+        if cost[i][j] == cost[i - 1][j - 1] + substitute[i - 1][j - 1]:
+            word_of[i - 1] = j - 1
             i, j = i - 1, j - 1
         elif cost[i][j] == cost[i - 1][j] + 1.0:
             i -= 1
