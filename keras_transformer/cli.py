@@ -265,11 +265,12 @@ def _add_run_flags(parser):
                         "exists, else RUN_DIR/model.keras)")
 
 
-def _add_model_flags(parser, beam=4, alpha=0.6, batch_size=64):
+def _add_model_flags(parser, beam=4, alpha=0.6, batch_size=64, alpha_hint=""):
     _add_run_flags(parser)
     parser.add_argument("--beam", type=int, default=beam,
                         help=f"beam size ({beam}; 1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=alpha, help=f"length penalty ({alpha})")
+    parser.add_argument("--alpha", type=float, default=alpha,
+                        help=f"length penalty ({alpha}{alpha_hint})")
     parser.add_argument("--batch-size", type=int, default=batch_size,
                         help=f"sentences per batch ({batch_size})")
 
@@ -480,7 +481,9 @@ def build_parser():
         "deterministically. --evaluate SPLIT parses the PTB sample's dev or test files instead "
         "and prints labeled bracketing precision, recall, F1 and exact match (EVALB convention).",
     )
-    _add_model_flags(parse, beam=21, alpha=0.3, batch_size=16)
+    _add_model_flags(parse, beam=21, alpha=0.3, batch_size=16,
+                     alpha_hint=", the paper's; larger values give more brackets: pick it with "
+                     "--evaluate dev, e.g. 1.0-1.5 on the PTB sample")
     parse.add_argument("--input", help="input file (default: standard input)")
     parse.add_argument("--output", help="output file (default: standard output)")
     parse.add_argument("--evaluate", choices=("dev", "test"),
