@@ -1,4 +1,5 @@
-# keras-transformer: `make demo` runs the main job, `make test` runs the test suite.
+# keras-transformer: `make demo` runs the main job, `make test` runs the test suite,
+# `make test-fast` the quick subset for the edit-test loop (every module, no long trainings).
 # Both create .venv and install the package (pinned versions in setup.py) on first use.
 
 PYTHON ?= python3
@@ -7,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-fast coverage-fast bench clean
 
 install: $(STAMP)
 
@@ -23,8 +24,16 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
 
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+# The fast subset under coverage: the lines it runs in each module.
+coverage-fast: $(STAMP)
+	$(BIN)/python -m coverage run --source=keras_transformer,pipelines -m pytest -q -m "not slow" tests
+	$(BIN)/python -m coverage report --skip-empty
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py --preset base
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .coverage

@@ -19,12 +19,12 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    "dev": ["pytest==9.2.0"],
+    "dev": ["pytest==9.2.0", "coverage==7.13.5"],
 }
 
 setup(
     name="keras-transformer",
-    version="0.1.0",
+    version="0.2.0",
     description="The Transformer (Vaswani et al., 2017) as Keras 3 layers, with tf.data "
     "pipelines, model.fit training, cached beam search and export.",
     long_description=open("README.md", encoding="utf-8").read(),

@@ -22,8 +22,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
-from keras_transformer.beam_search import beam_search  # noqa: E402
-from keras_transformer.search import greedy_search, model_step  # noqa: E402
+from keras_transformer.decoding.beam_search import beam_search  # noqa: E402
+from keras_transformer.decoding.search import greedy_search, model_step  # noqa: E402
 
 
 def main(argv=None):

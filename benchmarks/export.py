@@ -25,7 +25,7 @@ import sacrebleu  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import export  # noqa: E402
-from keras_transformer.translate import Translator  # noqa: E402
+from keras_transformer.decoding.translate import Translator  # noqa: E402
 from pipelines.sources import default_multi30k_dir  # noqa: E402
 
 

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 from pipelines import sources  # noqa: E402
 from pipelines.batching import make_dataset  # noqa: E402
-from pipelines.tokenizer import train_tokenizer  # noqa: E402
+from keras_transformer.runs import Run  # noqa: E402
 
 
 def main(argv=None):
@@ -30,7 +30,8 @@ def main(argv=None):
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--pad-to-bucket", action="store_true")
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--vocab-dir", default="runs/benchmark-vocab")
+    parser.add_argument("--vocab-dir", default="runs/benchmark-pipeline",
+                        help="folder that keeps the vocabulary between runs (as a run does)")
     parser.add_argument("--data-dir", default=None, help="Multi30k raw files (default: shared)")
     args = parser.parse_args(argv)
 
@@ -40,8 +41,8 @@ def main(argv=None):
     src_file, tgt_file = (os.path.join(data_dir, f"train.{lang}.gz") for lang in ("en", "de"))
     pairs, stats = sources.parallel_text(src_file, tgt_file, check=False)
     texts = (t.decode() for pair in pairs.as_numpy_iterator() for t in pair)
-    tokenizer = train_tokenizer(texts, args.vocab_dir, args.vocab_size,
-                                source_files=[src_file, tgt_file], progress=False)
+    tokenizer = Run(args.vocab_dir).prepare_tokenizer(
+        texts, args.vocab_size, source_files=[src_file, tgt_file], progress=False)
 
     start = time.perf_counter()
     dataset = make_dataset(pairs, tokenizer, args.tokens_per_batch, args.max_length,

@@ -28,8 +28,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
-from keras_transformer.loss import LabelSmoothedCrossEntropy  # noqa: E402
-from keras_transformer.optimizer import paper_optimizer  # noqa: E402
+from keras_transformer.training.loss import LabelSmoothedCrossEntropy  # noqa: E402
+from keras_transformer.training.optimizer import paper_optimizer  # noqa: E402
 
 
 def matmul_params(layer):

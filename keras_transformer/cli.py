@@ -6,6 +6,9 @@
     keras-transformer average --run-dir runs/multi30k-en-de --last 5
     keras-transformer export --run-dir runs/multi30k-en-de --format savedmodel
     keras-transformer demo
+
+Exit status: 0 done; 2 a user error (bad input, bad config, a missing or damaged file), told
+in one line; 1 an internal error, with its traceback under --debug.
 """
 
 import argparse
@@ -44,8 +47,17 @@ def _presets(args):
 
 
 CONFIG_HELP = {
-    "preset": "model preset (keras-transformer presets)",
-    "dropout": "override the preset's P_drop",
+    "preset": "model preset (keras-transformer presets); the architecture keys below "
+              "change it",
+    "num_layers": "architecture: N, layers in the encoder and in the decoder",
+    "d_model": "architecture: model width",
+    "num_heads": "architecture: attention heads h",
+    "d_ff": "architecture: feed-forward inner width",
+    "key_dim": "architecture: d_k per head (default d_model / h)",
+    "value_dim": "architecture: d_v per head (default d_model / h)",
+    "dropout": "architecture: P_drop",
+    "norm_first": "architecture: pre-norm residual blocks (the paper: post-norm)",
+    "positional": "architecture: sinusoidal (the paper) or learned",
     "dataset": "multi30k, wmt14, text (your own parallel files) or ptb (constituency "
                "parsing on the Penn Treebank sample)",
     "src_lang": "source language", "tgt_lang": "target language",
@@ -85,16 +97,18 @@ def _add_config_flags(parser):
     import dataclasses
     import typing
 
-    from keras_transformer.config import TrainConfig
+    from keras_transformer.runs.config import TrainConfig
 
     hints = typing.get_type_hints(TrainConfig)
     for field in dataclasses.fields(TrainConfig):
+        if field.name not in CONFIG_HELP:  # set by the program (the resolved architecture)
+            continue
         flag = "--" + field.name.replace("_", "-")
         kind = hints[field.name]
         if typing.get_origin(kind) is typing.Union:
             kind = typing.get_args(kind)[0]
         default = field.default
-        help_text = f"{CONFIG_HELP.get(field.name, field.name)} (default {default})"
+        help_text = f"{CONFIG_HELP[field.name]} (default {default})"
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)
@@ -106,60 +120,47 @@ def _add_config_flags(parser):
 def _train(args):
     import dataclasses
 
-    from keras_transformer.config import TrainConfig, make_config
-    from keras_transformer.training import train
+    from keras_transformer.runs.config import TrainConfig, make_config
+    from keras_transformer.training.trainer import train
 
-    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name in CONFIG_HELP]
     config = make_config(args.config, **{name: getattr(args, name) for name in names})
     train(config)
 
 
 def _average(args):
-    import pathlib
+    from keras_transformer.runs import Run
 
-    from keras_transformer.checkpoints import average_checkpoints, latest_checkpoints
-    from keras_transformer.config import load_run_config
-    from keras_transformer.training import build_model
-    from pipelines.tokenizer import SubwordTokenizer
-
-    run_dir = pathlib.Path(args.run_dir)
-    config = load_run_config(run_dir)
-    tokenizer = SubwordTokenizer.load(run_dir / "vocab" / "spm.model")
-    model = build_model(config, tokenizer.vocab_size)
-    paths = latest_checkpoints(run_dir, args.last)
-    average_checkpoints(model, paths)
-    output = pathlib.Path(args.output or run_dir / "averaged.keras")
-    temporary = output.with_name(output.stem + ".tmp.keras")
-    model.save(temporary)
-    os.replace(temporary, output)
-    print(f"averaged {len(paths)} checkpoints ({', '.join(pathlib.Path(p).name for p in paths)})"
+    run = Run(args.run_dir)
+    model, paths = run.average(args.last)
+    output = run.save_model(model, averaged=True, path=args.output)
+    print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)})"
           f" into {output}")
 
 
 def _translator(args):
-    from keras_transformer.translate import Translator
+    from keras_transformer.decoding.translate import Translator
 
     return Translator.from_run(args.run_dir, args.model, beam_size=args.beam, alpha=args.alpha,
                                batch_size=args.batch_size)
 
 
 def _read_lines(path):
+    from keras_transformer.errors import InputError
+
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read().splitlines()
     except FileNotFoundError:
-        raise ValueError(f"Input file not found: {path}") from None
+        raise InputError(f"Input file not found: {path}") from None
     except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: invalid UTF-8 at byte {error.start}") from None
+        raise InputError(f"{path}: invalid UTF-8 at byte {error.start}") from None
 
 
 def _write_lines(path, lines):
-    import pathlib
+    from keras_transformer.runs.run import write_lines
 
-    path = pathlib.Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    os.replace(temporary, path)
+    write_lines(path, lines)
 
 
 def _translate(args):
@@ -204,28 +205,31 @@ def _evaluate(args):
     import json
     import pathlib
 
-    from keras_transformer.evaluation import score
     from tqdm import tqdm
 
+    from keras_transformer.errors import InputError
+    from keras_transformer.evaluation.bleu import score
+    from keras_transformer.runs import Run
+    from pipelines import datasets
+
+    run = Run(args.run_dir)
     translator = _translator(args)
     if args.src:
         if not args.ref:
-            raise ValueError("--src needs --ref (the reference translations).")
+            raise InputError("--src needs --ref (the reference translations).")
         sources_text, references = _read_lines(args.src), _read_lines(args.ref)
         if len(sources_text) != len(references):
-            raise ValueError(f"{args.src} has {len(sources_text)} lines but {args.ref} has "
+            raise InputError(f"{args.src} has {len(sources_text)} lines but {args.ref} has "
                              f"{len(references)}.")
         name = pathlib.Path(args.src).name
     else:
-        from keras_transformer.config import load_run_config
-        from keras_transformer.training import split_texts
-
-        config = load_run_config(args.run_dir)
-        sources_text, references = split_texts(config, args.split)
+        config = run.config
+        sources_text, references = datasets.split_texts(config.dataset, args.split,
+                                                        **config.data_arguments())
         name = f"{config.dataset} {args.split} {config.src_lang}-{config.tgt_lang}"
     with tqdm(total=len(sources_text), unit=" sentences", file=sys.stderr) as bar:
         hypotheses = translator.translate(sources_text, progress=bar)
-    output = args.output or str(pathlib.Path(args.run_dir) / f"hyp.{args.split}.beam{args.beam}.txt")
+    output = args.output or run.hypotheses_path(args.split, args.beam)
     _write_lines(output, hypotheses)
     result = score(hypotheses, references)
     print(f"{name}: {len(hypotheses)} sentences, beam {args.beam}, alpha {args.alpha}; "
@@ -240,7 +244,7 @@ def _attention(args):
 
     import tensorflow as tf
 
-    from keras_transformer.attention_maps import KINDS, attention_weights, plot
+    from keras_transformer.evaluation.attention_maps import KINDS, attention_weights, plot
 
     translator = _translator(args)
     source = translator.encode([args.sentence])[0]
@@ -265,14 +269,22 @@ def _add_run_flags(parser):
                         "exists, else RUN_DIR/model.keras)")
 
 
-def _add_model_flags(parser, beam=4, alpha=0.6, batch_size=64, alpha_hint=""):
+def _add_io_flags(parser):
+    parser.add_argument("--input", help="input file (default: standard input)")
+    parser.add_argument("--output", help="output file (default: standard output)")
+
+
+def _add_model_flags(parser, search=None, alpha_hint=""):
+    from keras_transformer.defaults import TRANSLATION
+
+    search = search or TRANSLATION
     _add_run_flags(parser)
-    parser.add_argument("--beam", type=int, default=beam,
-                        help=f"beam size ({beam}; 1 = greedy)")
-    parser.add_argument("--alpha", type=float, default=alpha,
-                        help=f"length penalty ({alpha}{alpha_hint})")
-    parser.add_argument("--batch-size", type=int, default=batch_size,
-                        help=f"sentences per batch ({batch_size})")
+    parser.add_argument("--beam", type=int, default=search.beam_size,
+                        help=f"beam size ({search.beam_size}; 1 = greedy)")
+    parser.add_argument("--alpha", type=float, default=search.alpha,
+                        help=f"length penalty ({search.alpha}{alpha_hint})")
+    parser.add_argument("--batch-size", type=int, default=search.batch_size,
+                        help=f"sentences per batch ({search.batch_size})")
 
 
 def _export(args):
@@ -306,7 +318,7 @@ def _parse(args):
 
     from tqdm import tqdm
 
-    from keras_transformer.parsing import Parser, evaluate_run
+    from keras_transformer.tasks.parsing import Parser, evaluate_run
     from pipelines.treebank import to_string
 
     options = dict(model_file=args.model, beam_size=args.beam, alpha=args.alpha,
@@ -334,19 +346,29 @@ def _parse(args):
 
 
 def _demo(args):
-    from keras_transformer.main_job import run
+    from keras_transformer.tasks.main_job import run
 
     run(full=args.full, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
         output_dir=args.output_dir, export_dir=args.export_dir,
         time_limit_minutes=args.time_limit_minutes)
 
 
+EXIT_STATUS = ("exit status: 0 done; 2 a user error (bad input, bad config, a missing or "
+               "damaged file), told in one line; 1 an internal error (run again with --debug "
+               "for its traceback).")
+
+
 def build_parser():
+    from keras_transformer.defaults import PARSING, TRANSLATION
+
     parser = argparse.ArgumentParser(
         prog="keras-transformer",
         description="The Transformer of 'Attention Is All You Need' in Keras 3: presets, "
         "training, decoding and export.",
+        epilog=EXIT_STATUS,
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (also KERAS_TRANSFORMER_DEBUG=1)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     params = commands.add_parser(
@@ -391,13 +413,13 @@ def build_parser():
     translate = commands.add_parser(
         "translate",
         help="translate text with a trained run (stdin to stdout, or files)",
-        description="Translates one sentence per line with beam search (beam 4, alpha 0.6, "
-        "maximum length input + 50). Empty lines give empty lines; inputs longer than the "
+        description="Translates one sentence per line with beam search (beam "
+        f"{TRANSLATION.beam_size}, alpha {TRANSLATION.alpha}, maximum length input + "
+        f"{TRANSLATION.extra_length}). Empty lines give empty lines; inputs longer than the "
         "run's max_length (subword tokens) are truncated with a warning.",
     )
     _add_model_flags(translate)
-    translate.add_argument("--input", help="input file (default: standard input)")
-    translate.add_argument("--output", help="output file (default: standard output)")
+    _add_io_flags(translate)
     translate.add_argument("--nbest", action="store_true",
                            help="print every beam hypothesis as: line, score, text")
     translate.set_defaults(run=_translate)
@@ -436,7 +458,7 @@ def build_parser():
         help="export a trained run as a SavedModel (TensorFlow Serving) or a TFLite model",
         description="SavedModel: OUTPUT_DIR/NAME/VERSION/ with the signatures serving_default "
         "(strings in, translations and scores out; beam_size and alpha optional inputs, "
-        "defaults 4 and 0.6) and translate_ids (int32 ids in and out, core TensorFlow ops "
+        f"defaults {TRANSLATION.beam_size} and {TRANSLATION.alpha}) and translate_ids (int32 ids in and out, core TensorFlow ops "
         "only). TFLite: OUTPUT_DIR/NAME/tflite/translator-<search>-<quantization>.tflite, ids "
         "in and out for one sentence, with spm.model beside it. Files are written under a "
         "temporary name and renamed when complete.",
@@ -453,10 +475,10 @@ def build_parser():
                         help="SavedModel version (default: highest existing + 1)")
     export.add_argument("--overwrite", action="store_true",
                         help="replace an existing version or .tflite file")
-    export.add_argument("--beam", type=int, default=4,
-                        help="TFLite search: beam size (4; 1 = greedy)")
-    export.add_argument("--alpha", type=float, default=0.6,
-                        help="TFLite search: length penalty (0.6)")
+    export.add_argument("--beam", type=int, default=TRANSLATION.beam_size,
+                        help=f"TFLite search: beam size ({TRANSLATION.beam_size}; 1 = greedy)")
+    export.add_argument("--alpha", type=float, default=TRANSLATION.alpha,
+                        help=f"TFLite search: length penalty ({TRANSLATION.alpha})")
     export.add_argument("--ids-only", action="store_true",
                         help="SavedModel with translate_ids only: loads without tensorflow-text")
     export.set_defaults(run=_export)
@@ -476,16 +498,16 @@ def build_parser():
         "parse",
         help="constituency parsing with a run trained on --dataset ptb (sentences -> trees)",
         description="Parses one whitespace-tokenized sentence per line (PTB style: 'The dog "
-        "runs .') into a bracketed tree, with the paper's parsing search: beam 21, alpha 0.3, "
-        "maximum output length input + 300. Malformed model output is repaired "
+        f"runs .') into a bracketed tree, with the paper's parsing search: beam "
+        f"{PARSING.beam_size}, alpha {PARSING.alpha}, maximum output length input + "
+        f"{PARSING.extra_length}. Malformed model output is repaired "
         "deterministically. --evaluate SPLIT parses the PTB sample's dev or test files instead "
         "and prints labeled bracketing precision, recall, F1 and exact match (EVALB convention).",
     )
-    _add_model_flags(parse, beam=21, alpha=0.3, batch_size=16,
+    _add_model_flags(parse, PARSING,
                      alpha_hint=", the paper's; larger values give more brackets: pick it with "
                      "--evaluate dev, e.g. 1.0-1.5 on the PTB sample")
-    parse.add_argument("--input", help="input file (default: standard input)")
-    parse.add_argument("--output", help="output file (default: standard output)")
+    _add_io_flags(parse)
     parse.add_argument("--evaluate", choices=("dev", "test"),
                        help="score the PTB sample's dev or test split instead of reading input")
     parse.set_defaults(run=_parse)
@@ -496,7 +518,8 @@ def build_parser():
         description="Runs the whole main job on Multi30k (../shared/data/multi30k if present, "
         "else downloaded): builds the vocabulary, trains the multi30k recipe (quick: 12 minutes "
         "of training; --full: 95 minutes), picks the final weights or an average of the last "
-        "checkpoints by val BLEU, evaluates val and test2016 with beam 4, exports a SavedModel "
+        f"checkpoints by val BLEU, evaluates val and test2016 with beam {TRANSLATION.beam_size}, "
+        "exports a SavedModel "
         "under saved_models/, translates example sentences through it and prints a summary. "
         "Running it again on a finished run skips the training.",
     )
@@ -511,26 +534,33 @@ def build_parser():
     demo.add_argument("--export-dir", default="saved_models",
                       help="SavedModel base directory (saved_models)")
     demo.set_defaults(run=_demo)
+    for command in commands.choices.values():  # --debug after the command name works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the traceback of an error")
     return parser
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    debug = args.debug or bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))
     from keras_transformer.errors import UserError
+    from pipelines.errors import DataError
 
-    debug = bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))  # full tracebacks
     try:
         args.run(args)
-    except ValueError as error:
+    except (UserError, DataError, FileNotFoundError) as error:
         if debug:
             raise
         print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
         return 2
-    except FileNotFoundError as error:
-        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    except UserError as error:
-        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"keras-transformer {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001  (internal: one line unless --debug)
+        if debug:
+            raise
+        print(f"keras-transformer {args.command}: internal error: {type(error).__name__}: "
+              f"{error} (run again with --debug for the traceback)", file=sys.stderr)
         return 1
     return 0
 

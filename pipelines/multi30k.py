@@ -10,6 +10,8 @@ import pathlib
 
 import tensorflow_datasets as tfds
 
+from pipelines.errors import DataError
+
 LANGUAGES = ("en", "de", "fr")
 SPLITS = {"train": "train", "val": "val", "test2016": "test_2016_flickr"}
 URL = "https://github.com/multi30k/dataset/raw/master/data/task1/raw/{stem}.{lang}.gz"
@@ -73,6 +75,6 @@ class Multi30k(tfds.core.GeneratorBasedBuilder):
                 columns[lang].pop()
         counts = {str(paths[lang]): len(lines) for lang, lines in columns.items()}
         if len(set(counts.values())) != 1:
-            raise ValueError(f"Multi30k files are not line-aligned: {counts}")
+            raise DataError(f"Multi30k files are not line-aligned: {counts}")
         for i, row in enumerate(zip(*(columns[lang] for lang in LANGUAGES))):
             yield i, dict(zip(LANGUAGES, row))

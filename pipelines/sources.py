@@ -17,11 +17,9 @@ import pathlib
 
 import tensorflow as tf
 
+from pipelines.errors import DataError  # noqa: F401  (raised here; imported from here by users)
+
 log = logging.getLogger(__name__)
-
-
-class DataError(ValueError):
-    """Bad input data; the message names the file, line or value and says what to do."""
 
 
 @dataclasses.dataclass

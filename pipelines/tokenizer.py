@@ -15,10 +15,12 @@ import re
 import pathlib
 import tempfile
 import time
+import types
 
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+from pipelines.errors import DataError
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,7 @@ class SubwordTokenizer(tf.Module):
     def load(cls, path):
         path = pathlib.Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"Tokenizer model not found: {path}")
+            raise DataError(f"Tokenizer model not found: {path}")
         return cls(path.read_bytes())
 
     def _op(self):
@@ -92,7 +94,19 @@ class SubwordTokenizer(tf.Module):
         return self._op().id_to_string(ids)
 
 
-def _fingerprint(settings, files):
+def tokenizer_settings(vocab_size=8000, model_type="bpe", sample_size=2_000_000, seed=0,
+                       user_symbols=()):
+    """The settings that define a trained vocabulary (what `fingerprint` keys a cache on)."""
+    settings = {"vocab_size": vocab_size, "model_type": model_type, "sample_size": sample_size,
+                "seed": seed, "version": 1}
+    if user_symbols:
+        settings["user_symbols"] = list(user_symbols)
+    return settings
+
+
+def fingerprint(settings, files):
+    """A short key for a vocabulary trained with `settings` on `files` (names, sizes and times):
+    the same key means the same vocabulary would be trained again."""
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
     for path in files:
         stat = os.stat(path)
@@ -100,42 +114,34 @@ def _fingerprint(settings, files):
     return digest.hexdigest()[:16]
 
 
-def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample_size=2_000_000,
-                    source_files=(), progress=True, seed=0, user_symbols=()):
-    """Trains (or reuses) a shared sentencepiece vocabulary.
+def train_tokenizer(texts, vocab_size=8000, model_type="bpe", sample_size=2_000_000,
+                    progress=True, seed=0, user_symbols=()):
+    """Trains a shared sentencepiece vocabulary in memory (nothing is written but a private
+    temporary file for sentencepiece).
 
     Args:
         texts: an iterable of training sentences (source and target sides together).
-        output_dir: where `spm.model` and `spm.json` (the settings) are written. A model
-            trained with the same settings on the same `source_files` is reused.
         vocab_size: number of pieces (paper: 37000 en-de, 32000 en-fr; ~8000 for Multi30k).
         model_type: "bpe" (as the paper) or "unigram".
         sample_size: sentencepiece trains on at most this many sentences (random sample).
-        source_files: files the texts come from; their names, sizes and times key the cache.
         progress: show a progress bar while collecting the text.
+        seed: sentencepiece's sampling seed.
         user_symbols: space-separated tokens that must each be one piece (e.g. the tree
             tokens of parsing).
 
     Returns:
-        a `SubwordTokenizer`.
+        a `SubwordTokenizer`; `tokenizer.training` records the settings, the number of sentences
+        and the seconds taken. Its `model_proto` bytes are the model file's content: a run
+        directory keeps it (`keras_transformer.runs.Run.prepare_tokenizer`), so does an export.
     """
     import sentencepiece as spm
     from tqdm import tqdm
 
-    output_dir = pathlib.Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    model_path, info_path = output_dir / "spm.model", output_dir / "spm.json"
-    settings = {"vocab_size": vocab_size, "model_type": model_type, "sample_size": sample_size,
-                "seed": seed, "version": 1}
-    if user_symbols:
-        settings["user_symbols"] = list(user_symbols)
-    key = _fingerprint(settings, source_files) if source_files else None
-    if key and model_path.is_file() and info_path.is_file():
-        if json.loads(info_path.read_text()).get("fingerprint") == key:
-            log.info("Reusing vocabulary %s (same corpus and settings)", model_path)
-            return SubwordTokenizer.load(model_path)
-
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size <= 0:
+        raise DataError(f"vocab_size={vocab_size!r} must be a positive integer.")
+    settings = tokenizer_settings(vocab_size, model_type, sample_size, seed, user_symbols)
     start = time.time()
+    # sentencepiece trains from a file: the text goes to a private temporary folder.
     with tempfile.TemporaryDirectory() as tmp:
         corpus = pathlib.Path(tmp) / "corpus.txt"
         count = 0
@@ -147,7 +153,7 @@ def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample
                     out.write(text + "\n")
                     count += 1
         if count == 0:
-            raise ValueError("No text to train a vocabulary on: every sentence was empty.")
+            raise DataError("No text to train a vocabulary on: every sentence was empty.")
         log.info("vocabulary: training %s with %d pieces on %d sentences (sentencepiece)",
                  model_type, vocab_size, count)
         if progress:
@@ -160,26 +166,20 @@ def train_tokenizer(texts, output_dir, vocab_size=8000, model_type="bpe", sample
                 model_type=model_type, character_coverage=1.0, byte_fallback=True,
                 normalization_rule_name="identity", remove_extra_whitespaces=True,
                 pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID,
-                input_sentence_size=sample_size, shuffle_input_sentence=True, seed_sentencepiece_size=1_000_000,
-                num_threads=os.cpu_count() or 1, minloglevel=2,
+                input_sentence_size=sample_size, shuffle_input_sentence=True,
+                seed_sentencepiece_size=1_000_000, num_threads=os.cpu_count() or 1,
+                minloglevel=2,
                 # With the word-boundary mark, so that " (NP" is one piece, not two.
                 user_defined_symbols=["\u2581" + symbol for symbol in user_symbols],
             )
         except RuntimeError as error:
-            raise ValueError(
+            raise DataError(
                 f"sentencepiece could not train vocab_size={vocab_size} on {count} sentences: "
                 f"{str(error).split('] ')[-1]} (byte fallback needs 256 byte pieces + 4 "
                 "specials + every character of the corpus; big vocabularies need enough text)."
             ) from None
-        # Atomic: write beside the target, then rename.
-        temporary = model_path.with_suffix(".model.tmp")
-        temporary.write_bytes((prefix.with_suffix(".model")).read_bytes())
-        os.replace(temporary, model_path)
-    info = {**settings, "fingerprint": key, "sentences": count,
-            "seconds": round(time.time() - start, 1)}
-    tmp_info = info_path.with_suffix(".json.tmp")
-    tmp_info.write_text(json.dumps(info, indent=2))
-    os.replace(tmp_info, info_path)
-    if progress:
-        print(f"vocabulary: {model_path} ready in {info['seconds']} s", flush=True)
-    return SubwordTokenizer.load(model_path)
+        tokenizer = SubwordTokenizer(prefix.with_suffix(".model").read_bytes())
+    # A namespace, not a dict: tf.Module would track a dict attribute as part of the module.
+    tokenizer.training = types.SimpleNamespace(
+        settings=settings, sentences=count, seconds=round(time.time() - start, 1))
+    return tokenizer

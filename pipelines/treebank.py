@@ -24,6 +24,8 @@ import pathlib
 import re
 import tarfile
 
+from pipelines.errors import DataError
+
 Tree = collections.namedtuple("Tree", ["label", "children"])
 
 SPLITS = {"train": (1, 179), "dev": (180, 189), "test": (190, 199)}
@@ -35,7 +37,7 @@ PTB_TAGS = frozenset(
 )
 
 
-class TreeError(ValueError):
+class TreeError(DataError):
     """Malformed bracketed text (names the source and position)."""
 
 
@@ -266,8 +268,8 @@ def default_ptb_archive(folder=None):
     for candidate in candidates:
         if candidate and (pathlib.Path(candidate) / "treebank-combined.tar.gz").is_file():
             return pathlib.Path(candidate) / "treebank-combined.tar.gz"
-    raise FileNotFoundError(
-        "treebank-combined.tar.gz not found (looked in --source-dir, $PTB_SAMPLE_DIR and "
+    raise DataError(
+        "treebank-combined.tar.gz not found (looked in the source_dir given, $PTB_SAMPLE_DIR and "
         "../shared/data/ptb-sample); NLTK distributes it as corpora/treebank.zip in nltk_data.")
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from keras_transformer.evalb import brackets, score
+from keras_transformer.tasks.evalb import brackets, score
 from pipelines.treebank import read_trees
 
 GOLD = "( (S (NP (DT The) (NN dog)) (VP (VBZ runs) (ADVP (RB fast))) (. .)))"

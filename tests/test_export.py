@@ -14,7 +14,9 @@ import pytest
 import sacrebleu
 
 from keras_transformer import export
-from keras_transformer.translate import Translator
+from keras_transformer.decoding.translate import Translator
+from keras_transformer.errors import RunError
+from keras_transformer.runs.run import TEMPORARY_PREFIX
 
 SENTENCES = 100
 
@@ -218,7 +220,7 @@ def test_tflite_matches_the_saved_model(run_dir, saved_model, test_set, tmp_path
 def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(run_dir, tmp_path):
     base = tmp_path / "models"
     first = export.export_run(run_dir, output_dir=base, name="m", version=3)
-    with pytest.raises(export.ExportError, match="already exists.*--overwrite"):
+    with pytest.raises(export.ExportError, match="already exists.*overwriting"):
         export.export_run(run_dir, output_dir=base, name="m", version=3)
     marker = first / "marker"
     marker.write_text("old")
@@ -229,25 +231,26 @@ def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(run_dir, 
                str(run_dir), "--output-dir", str(base), "--name", "m"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while time.time() < deadline and not list((base / "m").glob(export.TMP_PREFIX + "*")):
+    # Killed as soon as it writes under the temporary name (it then still traces the search
+    # for seconds before anything is renamed).
+    while time.time() < deadline and not list((base / "m").glob(TEMPORARY_PREFIX + "*")):
         assert process.poll() is None, "export finished before it could be killed"
-        time.sleep(0.05)
-    time.sleep(1.0)  # the export is tracing or writing under the temporary name
+        time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert export.existing_versions(base / "m") == [3]
-    assert list((base / "m").glob(export.TMP_PREFIX + "*"))  # the partial write is hidden
+    assert list((base / "m").glob(TEMPORARY_PREFIX + "*"))  # the partial write is hidden
     # The next export cleans it up and takes the next version.
     path = export.export_run(run_dir, output_dir=base, name="m")
-    assert path.name == "4" and not list((base / "m").glob(export.TMP_PREFIX + "*"))
+    assert path.name == "4" and not list((base / "m").glob(TEMPORARY_PREFIX + "*"))
 
 
 def test_bad_options_are_named(run_dir, tmp_path):
-    with pytest.raises(export.ExportError, match="--quantize applies to --format tflite"):
+    with pytest.raises(export.ExportError, match="quantization applies to the tflite format"):
         export.export_run(run_dir, quantize="dynamic", output_dir=tmp_path)
-    with pytest.raises(export.ExportError, match="--name"):
+    with pytest.raises(export.ExportError, match="name='a/b'"):
         export.export_run(run_dir, output_dir=tmp_path, name="a/b")
-    with pytest.raises(FileNotFoundError, match="finished training run"):
+    with pytest.raises(RunError, match="finished training run"):
         export.export_run(tmp_path, output_dir=tmp_path)
 
 

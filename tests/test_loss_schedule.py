@@ -3,9 +3,9 @@ import math
 import numpy as np
 import pytest
 
-from keras_transformer.loss import LabelSmoothedCrossEntropy
-from keras_transformer.metrics import Perplexity, TokenAccuracy
-from keras_transformer.schedule import TransformerSchedule
+from keras_transformer.training.loss import LabelSmoothedCrossEntropy
+from keras_transformer.training.metrics import Perplexity, TokenAccuracy
+from keras_transformer.training.schedule import TransformerSchedule
 
 
 @pytest.mark.parametrize("step", [1, 4000, 100000])
@@ -87,7 +87,7 @@ def _fit_regression(optimizer, steps=20):
 def test_fused_adam_matches_keras_adam_and_saves():
     import keras
 
-    from keras_transformer.optimizer import FusedAdam, paper_optimizer
+    from keras_transformer.training.optimizer import FusedAdam, paper_optimizer
 
     fused = _fit_regression(paper_optimizer(8, warmup_steps=5))
     plain = _fit_regression(paper_optimizer(8, warmup_steps=5, fused=False))
@@ -105,7 +105,7 @@ def test_fused_adam_matches_keras_adam_and_saves():
 def test_fused_loss_gradient_equals_autodiff_of_the_formula(eps):
     import tensorflow as tf
 
-    from keras_transformer.loss import smoothed_token_losses
+    from keras_transformer.training.loss import smoothed_token_losses
 
     rng = np.random.default_rng(1)
     logits = tf.constant(rng.normal(size=(3, 5, 11)).astype("float32") * 3)

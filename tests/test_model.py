@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
-from keras_transformer.loss import LabelSmoothedCrossEntropy
+from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 
 VOCAB = 50
 

@@ -37,8 +37,9 @@ def test_table3_variants_move_like_the_paper(name):
     assert abs(our_change - paper_change) <= 0.25 * abs(paper_change) + 3
 
 
-@pytest.mark.parametrize("name", ["base-a-h1", "base-a-h4", "base-a-h16", "base-a-h32",
-                                  "base-d-drop0", "base-d-ls0.2"])
+# Row (A) keeps d_k * h = d_model, so the size must not move. (Rows D, dropout and label
+# smoothing, cannot change a parameter count: no test for them.)
+@pytest.mark.parametrize("name", ["base-a-h1", "base-a-h4", "base-a-h16", "base-a-h32"])
 def test_variants_with_unchanged_size(name):
     assert params(name) == pytest.approx(params("base"))
 

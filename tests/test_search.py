@@ -5,13 +5,13 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
-from keras_transformer.beam_search import (
+from keras_transformer.decoding.beam_search import (
     beam_search,
     compiled_beam_search,
     length_penalty,
     translate_beam,
 )
-from keras_transformer.search import compiled_greedy_search, greedy_search, model_step
+from keras_transformer.decoding.search import compiled_greedy_search, greedy_search, model_step
 from pipelines.special_ids import EOS_ID
 
 VOCAB = 40

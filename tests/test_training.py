@@ -13,9 +13,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
-from keras_transformer.checkpoints import average_checkpoints, training_checkpoint
-from keras_transformer.config import make_config
-from keras_transformer.training import NanGuard, TrainingError
+from keras_transformer.runs.config import make_config
+from keras_transformer.runs.run import average_checkpoints, training_checkpoint
+from keras_transformer.training import NanGuard, TrainingError, compile_model
 from tests.training_helpers import run, train_command, write_corpus
 
 
@@ -75,20 +75,23 @@ def test_averaging_two_checkpoints_gives_the_mean(tmp_path):
         np.testing.assert_allclose(got, (a + b) / 2, rtol=1e-6, atol=1e-7)
 
 
-def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path):
-    from keras_transformer.checkpoints import make_manager
-    from keras_transformer.training import build_model, compile_model
+def build_model(config, vocab_size):
+    model = Transformer(vocab_size=vocab_size, **config.architecture)
+    model.build()
+    return model
 
+
+def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path):
     config = make_config(preset="tiny").resolved()
     model = build_model(config, 40)
     optimizer, _ = compile_model(model, config)
     ids = np.random.default_rng(0).integers(3, 40, (4, 6)).astype("int32")
     model.fit((ids, ids), ids, epochs=2, verbose=0)
-    path = make_manager(model, optimizer, tmp_path / "a", 2)[1].save(checkpoint_number=2)
+    path = training_checkpoint(model, optimizer).save(str(tmp_path / "a" / "ckpt"))
 
     restored = build_model(config, 40)
     restored_optimizer, _ = compile_model(restored, config)
-    make_manager(restored, restored_optimizer, tmp_path / "b", 2)[0].restore(path).assert_consumed()
+    training_checkpoint(restored, restored_optimizer).restore(path).assert_consumed()
     for a, b in zip(model.weights, restored.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
     for a, b in zip(optimizer.variables, restored_optimizer.variables):
@@ -131,9 +134,14 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras
-    from keras_transformer.config import make_config
-    from keras_transformer.loss import LabelSmoothedCrossEntropy
-    from keras_transformer.training import build_model
+    from keras_transformer import Transformer
+    from keras_transformer.runs.config import make_config
+    from keras_transformer.training.loss import LabelSmoothedCrossEntropy
+
+    def build_model(config, vocab_size):
+        model = Transformer(vocab_size=vocab_size, **config.architecture)
+        model.build()
+        return model
 
     # Plain SGD: Adam's first step is about lr * sign(gradient), which turns rounding noise on
     # parameters whose true gradient is zero (attention key biases) into full-size steps.

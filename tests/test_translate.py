@@ -5,16 +5,16 @@ import sys
 import pytest
 
 from keras_transformer import Transformer
-from keras_transformer.attention_maps import attention_weights, plot
-from keras_transformer.evaluation import score, split_compounds
-from keras_transformer.translate import Translator
+from keras_transformer.evaluation.attention_maps import attention_weights, plot
+from keras_transformer.evaluation.bleu import score, split_compounds
+from keras_transformer.decoding.translate import Translator
 from pipelines.tokenizer import train_tokenizer
 
 
 @pytest.fixture(scope="module")
 def translator(tmp_path_factory):
     texts = ["a dog runs in the park", "the red cat sleeps on the big tree"] * 30
-    tokenizer = train_tokenizer(texts, tmp_path_factory.mktemp("vocab"), 300, progress=False)
+    tokenizer = train_tokenizer(texts, 300, progress=False)
     model = Transformer.from_preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0)
     model.build()
     return Translator(model, tokenizer, beam_size=4, max_input_length=12, batch_size=2)

@@ -103,7 +103,7 @@ def test_multi30k_train_meets_the_batching_targets(shared_data, tmp_path):
     folder = shared_data / "multi30k"
     pairs, _ = sources.parallel_text(folder / "train.en.gz", folder / "train.de.gz", check=False)
     texts = (t.decode() for pair in pairs.as_numpy_iterator() for t in pair)
-    tokenizer = train_tokenizer(texts, tmp_path, 8000, progress=False)
+    tokenizer = train_tokenizer(texts, 8000, progress=False)
     budget = 4096
     dataset = batching.make_dataset(pairs, tokenizer, tokens_per_batch=budget, seed=0)
     real = total = 0

@@ -19,10 +19,7 @@ def multi30k_tokenizers(tmp_path_factory, shared_data):
     for pair in ("de", "fr"):
         files = [shared / "train.en.gz", shared / f"train.{pair}.gz"]
         texts = [line for path in files for line in read_lines(path)]
-        tokenizers[pair] = train_tokenizer(
-            texts, tmp_path_factory.mktemp(f"vocab-en-{pair}"), vocab_size=8000,
-            source_files=files, progress=False,
-        )
+        tokenizers[pair] = train_tokenizer(texts, vocab_size=8000, progress=False)
     return tokenizers
 
 
@@ -40,22 +37,9 @@ def test_round_trip_on_every_multi30k_val_sentence(multi30k_tokenizers, shared_d
     assert not {PAD_ID, BOS_ID, EOS_ID} & set(flat.tolist())
 
 
-def test_vocabulary_is_cached_and_retrained_when_settings_change(tmp_path):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("ein kleiner Hund läuft\na small dog runs\n" * 50, encoding="utf-8")
-    texts = corpus.read_text(encoding="utf-8").splitlines()
-    first = train_tokenizer(texts, tmp_path / "vocab", 320, source_files=[corpus], progress=False)
-    stamp = (tmp_path / "vocab" / "spm.model").stat().st_mtime_ns
-    again = train_tokenizer(texts, tmp_path / "vocab", 320, source_files=[corpus], progress=False)
-    assert (tmp_path / "vocab" / "spm.model").stat().st_mtime_ns == stamp
-    assert again.vocab_size == first.vocab_size == 320
-    other = train_tokenizer(texts, tmp_path / "vocab", 300, source_files=[corpus], progress=False)
-    assert other.vocab_size == 300
-
-
 def test_unseen_characters_round_trip_and_tokenizer_survives_saved_model(tmp_path):
     texts = ["the cat sat on the mat", "a dog ran in the park"] * 40
-    tokenizer = train_tokenizer(texts, tmp_path / "vocab", 300, progress=False)
+    tokenizer = train_tokenizer(texts, 300, progress=False)
     sample = tf.constant(["the 猫 sat  on ✓ mat ", ""])
     expected = [normalize_whitespace(s.decode()) for s in sample.numpy()]
     assert [t.decode() for t in tokenizer.detokenize(tokenizer.tokenize(sample)).numpy()] == expected
@@ -68,7 +52,7 @@ def test_unseen_characters_round_trip_and_tokenizer_survives_saved_model(tmp_pat
 
 
 def test_detokenize_dense_stops_at_eos(tmp_path):
-    tokenizer = train_tokenizer(["one two three", "four five six"] * 30, tmp_path, 300,
+    tokenizer = train_tokenizer(["one two three", "four five six"] * 30, 300,
                                 progress=False)
     ids = tokenizer.tokenize(tf.constant(["one two", "six"])).to_list()
     dense = [ids[0] + [EOS_ID] + ids[1] + [PAD_ID], ids[1] + [EOS_ID, PAD_ID, PAD_ID, PAD_ID]]
@@ -80,7 +64,7 @@ def test_detokenize_dense_stops_at_eos(tmp_path):
 
 def test_tokenizer_survives_reseeding(tmp_path):
     # tensorflow-text's eager sentencepiece resource dies when the eager caches are cleared.
-    tokenizer = train_tokenizer(["one two three", "four five six"] * 30, tmp_path, 300,
+    tokenizer = train_tokenizer(["one two three", "four five six"] * 30, 300,
                                 progress=False)
     before = tokenizer.tokenize(tf.constant(["two three"])).to_list()
     tf.random.set_seed(7)

@@ -10,57 +10,51 @@ checkpoint spacing that follows from it) differs between the quick and the full 
 choice the job makes (which checkpoints to average) is made on val; test2016 is only reported.
 """
 
-import json
 import logging
-import os
 import pathlib
 import sys
 import time
+
+from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
+from pipelines import datasets
 
 log = logging.getLogger(__name__)
 
 # Training settings of the recipe (beyond the preset's architecture and dropout).
 RECIPE = dict(
     preset="multi30k", dataset="multi30k", vocab_size=8000, tokens_per_batch=4096,
-    max_length=256, train_steps=100_000, eval_steps=500, keep_checkpoints=10,
+    max_length=MAX_LENGTH, train_steps=100_000, eval_steps=500, keep_checkpoints=10,
     checkpoint_minutes=30,
 )
 QUICK = dict(time_limit_minutes=12, checkpoint_steps=100)
 FULL = dict(time_limit_minutes=95, checkpoint_steps=400)
 AVERAGE_CANDIDATES = (1, 3, 5, 8)  # last-k checkpoints tried; 1 = the final weights
 VAL_SENTENCES = 500  # val sentences decoded (greedy) to choose among the candidates
+TRAIN_SUMMARY, SUMMARY = "train_summary.json", "summary.json"  # files the job adds to the run
 EXAMPLES = ["A little girl climbs into a wooden playhouse.",
             "Two men are playing chess in the park.",
             "A dog is running through the snow."]
 
 
-def _choose_weights(run_dir, config, tokenizer):
+def _choose_weights(run):
     """Final weights or an average of the last k checkpoints, whichever has the best greedy
     sacreBLEU on the first VAL_SENTENCES val sentences. Returns (model, label, val scores)."""
-    import keras
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.evaluation.bleu import score
 
-    from keras_transformer.checkpoints import average_checkpoints, latest_checkpoints
-    from keras_transformer.evaluation import score
-    from keras_transformer.training import build_model, split_texts
-    from keras_transformer.translate import Translator
-
-    sources, references = split_texts(config, "dev", VAL_SENTENCES)
-    import tensorflow as tf
-
-    from keras_transformer.checkpoints import checkpoint_dir
-
-    state = tf.train.get_checkpoint_state(str(checkpoint_dir(run_dir)))
-    available = len(state.all_model_checkpoint_paths) if state else 0
+    config, tokenizer = run.config, run.tokenizer()
+    sources, references = datasets.split_texts(config.dataset, "dev", limit=VAL_SENTENCES,
+                                               **config.data_arguments())
+    available = len(run.checkpoints())
     results, best = {}, None
     for k in AVERAGE_CANDIDATES:
         if k > 1 and k > available:
             continue
         if k == 1:
-            model = keras.models.load_model(run_dir / "model.keras", compile=False)
+            model = run.load_model(prefer_averaged=False)
             label = "final weights"
         else:
-            model = build_model(config, tokenizer.vocab_size)
-            average_checkpoints(model, latest_checkpoints(run_dir, k))
+            model, _ = run.average(k)
             label = f"average of the last {k} checkpoints"
         translator = Translator(model, tokenizer, beam_size=1,
                                 max_input_length=config.max_length)
@@ -80,12 +74,12 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     from absl import logging as absl_logging
     from tqdm import tqdm
 
-    from keras_transformer.config import make_config
-    from keras_transformer.evaluation import score
-    from keras_transformer.export import export_saved_model
-    from keras_transformer.training import split_texts, train
-    from keras_transformer.translate import Translator
-    from pipelines.tokenizer import SubwordTokenizer
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.evaluation.bleu import score
+    from keras_transformer.export.saved_model import export_saved_model
+    from keras_transformer.runs import Run, make_config
+    from keras_transformer.runs.run import write_lines
+    from keras_transformer.training.trainer import train
 
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
@@ -100,42 +94,39 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     started = time.monotonic()
     summary = {"job": f"Multi30k {src_lang}->{tgt_lang}, {mode} recipe", "run_dir": str(run_dir)}
 
+    beam, alpha = TRANSLATION.beam_size, TRANSLATION.alpha
+    run = Run(run_dir)
     print(f"== 1/5 training ({mode}: at most {settings['time_limit_minutes']} minutes) "
           f"-> {run_dir}", flush=True)
-    if (run_dir / "model.keras").is_file():
-        print(f"{run_dir}/model.keras exists: training is done (delete {run_dir} to train "
+    if run.has_model():
+        print(f"{run_dir} holds a trained model: training is done (delete {run_dir} to train "
               "again).", flush=True)
-        summary["training"] = json.loads((run_dir / "train_summary.json").read_text()) \
-            if (run_dir / "train_summary.json").is_file() else {}
+        summary["training"] = run.read_json(TRAIN_SUMMARY, default={})
     else:
         summary["training"] = train(config)
-        (run_dir / "train_summary.json").write_text(json.dumps(summary["training"], indent=2))
-    config = config.resolved()
-    tokenizer = SubwordTokenizer.load(run_dir / "vocab" / "spm.model")
+        run.write_json(TRAIN_SUMMARY, summary["training"])
+    config, tokenizer = run.config, run.tokenizer()
 
     print("== 2/5 choosing the weights on val (final, or the average of the last k "
           "checkpoints)", flush=True)
-    model, chosen, val_scores = _choose_weights(run_dir, config, tokenizer)
-    averaged = run_dir / "averaged.keras"
-    temporary = run_dir / "averaged.tmp.keras"
-    model.save(temporary)
-    os.replace(temporary, averaged)
+    model, chosen, val_scores = _choose_weights(run)
+    averaged = run.save_model(model, averaged=True)
     summary["weights"] = chosen
     summary["val_greedy_sacrebleu"] = val_scores
     print(f"chosen: {chosen} -> {averaged}", flush=True)
 
-    print("== 3/5 test2016 with beam 4, alpha 0.6", flush=True)
-    translator = Translator(model, tokenizer, beam_size=4, alpha=0.6,
+    print(f"== 3/5 test2016 with beam {beam}, alpha {alpha}", flush=True)
+    translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
                             max_input_length=config.max_length)
     # The quick job decodes test2016 only (val was used, greedy, to choose the weights).
     splits = (("dev", "val"), ("test", "test2016")) if full else (("test", "test2016"),)
     for split, key in splits:
-        sources, references = split_texts(config, split)
-        with tqdm(total=len(sources), unit=" sentences", desc=f"{key} beam 4",
+        sources, references = datasets.split_texts(config.dataset, split,
+                                                   **config.data_arguments())
+        with tqdm(total=len(sources), unit=" sentences", desc=f"{key} beam {beam}",
                   file=sys.stderr) as bar:
             hypotheses = translator.translate(sources, progress=bar)
-        (run_dir / f"hyp.{key}.beam4.txt").write_text("\n".join(hypotheses) + "\n",
-                                                      encoding="utf-8")
+        write_lines(run.hypotheses_path(key, beam), hypotheses)
         result = score(hypotheses, references)
         summary[key] = {k: result[k] for k in ("sacrebleu", "chrf", "tokenized_bleu",
                                                "sacrebleu_signature")}
@@ -156,21 +147,21 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         print(f"  {source}\n    -> {output.decode('utf-8')}", flush=True)
 
     summary["job_minutes"] = round((time.monotonic() - started) / 60, 1)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+    run.write_json(SUMMARY, summary)
     training = summary["training"]
     print("\n== summary", flush=True)
-    print(f"  {summary['job']}; preset multi30k ({model.count_params():,} parameters)")
+    print(f"  {summary['job']}; preset {config.preset} ({model.count_params():,} parameters)")
     if training:
         print(f"  training: {training.get('step')} steps in {training.get('seconds', 0) / 60:.1f}"
               f" min ({training.get('stopped')}); dev perplexity "
               f"{training.get('val_perplexity', float('nan')):.2f}")
     print(f"  weights: {chosen}")
     if "val" in summary:
-        print(f"  val sacreBLEU {summary['val']['sacrebleu']:.2f} (beam 4)")
+        print(f"  val sacreBLEU {summary['val']['sacrebleu']:.2f} (beam {beam})")
     print(f"  test2016 sacreBLEU "
           f"{summary['test2016']['sacrebleu']:.2f} (chrF {summary['test2016']['chrf']:.2f}), "
-          f"beam 4; {summary['test2016']['sacrebleu_signature']}")
+          f"beam {beam}; {summary['test2016']['sacrebleu_signature']}")
     print(f"  SavedModel: {path}")
-    print(f"  whole job: {summary['job_minutes']} min; details in {run_dir}/summary.json",
+    print(f"  whole job: {summary['job_minutes']} min; details in {run.file(SUMMARY)}",
           flush=True)
     return summary

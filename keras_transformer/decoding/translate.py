@@ -1,43 +1,23 @@
 """Translating text with a trained model: batching, tokenization, beam or greedy search.
 
-    translator = Translator.from_run("runs/multi30k-en-de")     # averaged.keras if present
+    translator = Translator.from_run("runs/multi30k-en-de")     # the averaged model if any
     translator.translate(["A dog runs in the park."])
 """
 
-import json
 import logging
-import pathlib
 
-import keras
 import numpy as np
 import tensorflow as tf
 
-from keras_transformer.beam_search import compiled_beam_search
-from keras_transformer.search import EXTRA_LENGTH, compiled_greedy_search
+from keras_transformer.decoding.beam_search import compiled_beam_search
+from keras_transformer.decoding.search import compiled_greedy_search
+from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
+from keras_transformer.errors import InputError
+from keras_transformer.runs import Run
 from pipelines.special_ids import EOS_ID
-from pipelines.tokenizer import SubwordTokenizer, normalize_whitespace
+from pipelines.tokenizer import normalize_whitespace
 
 log = logging.getLogger(__name__)
-
-
-def load_run(run_dir, model_file=None):
-    """(model, tokenizer, config dict) of a training run directory.
-
-    The model is `model_file`, else RUN_DIR/averaged.keras if it exists, else RUN_DIR/model.keras.
-    """
-    run_dir = pathlib.Path(run_dir)
-    if model_file is None:
-        averaged = run_dir / "averaged.keras"
-        model_file = averaged if averaged.is_file() else run_dir / "model.keras"
-    model_file = pathlib.Path(model_file)
-    for path in (model_file, run_dir / "vocab" / "spm.model"):
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: is {run_dir} a finished training run?")
-    model = keras.models.load_model(model_file, compile=False)
-    tokenizer = SubwordTokenizer.load(run_dir / "vocab" / "spm.model")
-    config_path = run_dir / "config.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    return model, tokenizer, config
 
 
 class Translator:
@@ -49,16 +29,21 @@ class Translator:
         beam_size: 4 in the paper; 1 runs greedy search.
         alpha: length penalty (paper: 0.6).
         max_input_length: longer inputs (in subword tokens, EOS included) are truncated to
-            this length with a warning naming the sentence. Default 256.
+            this length with a warning naming the sentence.
         batch_size: sentences per search call (sentences are sorted by length first).
         extra_length: maximum output length = input length + extra_length (paper: 50 for
             translation, 300 for parsing).
     """
 
-    def __init__(self, model, tokenizer, beam_size=4, alpha=0.6, max_input_length=256,
-                 batch_size=64, extra_length=EXTRA_LENGTH):
-        if beam_size < 1:
-            raise ValueError(f"beam_size={beam_size} must be at least 1.")
+    def __init__(self, model, tokenizer, beam_size=TRANSLATION.beam_size,
+                 alpha=TRANSLATION.alpha, max_input_length=MAX_LENGTH,
+                 batch_size=TRANSLATION.batch_size, extra_length=TRANSLATION.extra_length):
+        if not isinstance(beam_size, int) or beam_size < 1:
+            raise InputError(f"beam_size={beam_size!r} must be an integer of at least 1.")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r} must be an integer of at least 1.")
+        if alpha < 0:
+            raise InputError(f"alpha={alpha!r} must be at least 0.")
         self.model, self.tokenizer = model, tokenizer
         self.beam_size, self.alpha = beam_size, alpha
         self.max_input_length, self.batch_size = max_input_length, batch_size
@@ -70,10 +55,13 @@ class Translator:
                                                 extra_length=extra_length)
 
     @classmethod
-    def from_run(cls, run_dir, model_file=None, **kwargs):
-        model, tokenizer, config = load_run(run_dir, model_file)
-        kwargs.setdefault("max_input_length", config.get("max_length", 256))
-        return cls(model, tokenizer, **kwargs)
+    def from_run(cls, run, model_file=None, **kwargs):
+        """A translator of a run (a `Run` or its directory): `model_file`, else the averaged
+        model if there is one, else the final one; inputs truncated at the run's max_length."""
+        run = run if isinstance(run, Run) else Run(run)
+        model = run.load_model(path=model_file)
+        kwargs.setdefault("max_input_length", run.config.max_length)
+        return cls(model, run.tokenizer(), **kwargs)
 
     def encode(self, sentences):
         """Strings -> list of id lists (EOS-terminated, truncated to max_input_length)."""

@@ -5,6 +5,8 @@ import pathlib
 import numpy as np
 import tensorflow as tf
 
+from keras_transformer.errors import InputError
+from keras_transformer.runs.run import atomic_path
 from pipelines.special_ids import BOS_ID
 
 KINDS = ("encoder", "decoder", "cross")
@@ -47,14 +49,14 @@ def plot(weights, kind, layer, head, path, title=None):
     import matplotlib.pyplot as plt
 
     if kind not in KINDS:
-        raise ValueError(f"kind={kind!r} must be one of {KINDS}.")
+        raise InputError(f"kind={kind!r} must be one of {KINDS}.")
     layers = weights[kind]
     if not 0 <= layer < len(layers):
-        raise ValueError(f"layer={layer} is out of range: the model has {len(layers)} layers "
+        raise InputError(f"layer={layer} is out of range: the model has {len(layers)} layers "
                          f"(0..{len(layers) - 1}).")
     heads = layers[layer].shape[0]
     if not 0 <= head < heads:
-        raise ValueError(f"head={head} is out of range: the model has {heads} heads.")
+        raise InputError(f"head={head} is out of range: the model has {heads} heads.")
     matrix = layers[layer][head]
     rows, cols = {"encoder": ("source_pieces", "source_pieces"),
                   "decoder": ("query_pieces", "query_pieces"),
@@ -74,8 +76,7 @@ def plot(weights, kind, layer, head, path, title=None):
     figure.colorbar(image, ax=axes, fraction=0.046, pad=0.04)
     figure.tight_layout()
     path = pathlib.Path(path)
-    temporary = path.with_name(path.stem + ".tmp.png")
-    figure.savefig(temporary, dpi=120)
+    with atomic_path(path) as temporary:
+        figure.savefig(temporary, dpi=120)
     plt.close(figure)
-    temporary.replace(path)
     return path

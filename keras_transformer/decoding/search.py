@@ -14,9 +14,10 @@ closure and are never reordered.
 
 import tensorflow as tf
 
+from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
 
-EXTRA_LENGTH = 50  # paper: maximum output length = input length + 50
+EXTRA_LENGTH = TRANSLATION.extra_length  # paper: maximum output length = input length + 50
 
 
 def output_limits(source_ids, extra_length=EXTRA_LENGTH):

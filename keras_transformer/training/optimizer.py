@@ -17,7 +17,7 @@ variables (iterations, momentums, velocities) are Adam's, so checkpoints are int
 import keras
 import tensorflow as tf
 
-from keras_transformer.schedule import TransformerSchedule
+from keras_transformer.training.schedule import TransformerSchedule
 
 
 def _handle(variable):

@@ -9,13 +9,11 @@ tree tokens ("(NP", ")NP", POS tags) as single vocabulary pieces. Output that is
 well-formed tree is repaired deterministically (`pipelines.treebank.delinearize`).
 """
 
-from keras_transformer import evalb
-from keras_transformer.translate import Translator, load_run
+from keras_transformer.decoding.translate import Translator
+from keras_transformer.defaults import PARSING
+from keras_transformer.runs import Run
+from keras_transformer.tasks import evalb
 from pipelines import treebank
-
-BEAM_SIZE = 21  # paper, Section 6.3
-ALPHA = 0.3
-EXTRA_LENGTH = 300
 
 
 class Parser:
@@ -25,12 +23,12 @@ class Parser:
         self.translator = translator
 
     @classmethod
-    def from_run(cls, run_dir, model_file=None, beam_size=BEAM_SIZE, alpha=ALPHA,
-                 batch_size=16):
-        model, tokenizer, config = load_run(run_dir, model_file)
-        translator = Translator(model, tokenizer, beam_size=beam_size, alpha=alpha,
-                                max_input_length=config.get("max_length", 256),
-                                batch_size=batch_size, extra_length=EXTRA_LENGTH)
+    def from_run(cls, run, model_file=None, beam_size=PARSING.beam_size, alpha=PARSING.alpha,
+                 batch_size=PARSING.batch_size):
+        """A parser of a run (a `Run` or its directory) trained on dataset "ptb"."""
+        translator = Translator.from_run(run, model_file, beam_size=beam_size, alpha=alpha,
+                                         batch_size=batch_size,
+                                         extra_length=PARSING.extra_length)
         return cls(translator)
 
     def parse(self, sentences, progress=None):
@@ -42,11 +40,10 @@ class Parser:
 
 def evaluate_run(run_dir, split="test", progress=None, **kwargs):
     """Parses a split of the PTB sample with a run; returns (EVALB scores, predicted trees)."""
-    from keras_transformer.config import load_run_config
-
-    config = load_run_config(run_dir)
+    run = Run(run_dir)
+    config = run.config
     archive = treebank.default_ptb_archive(config.source_dir)
     gold = treebank.sample_splits(str(archive))[split]
     sentences, _ = treebank.task_pairs(gold)
-    predicted = Parser.from_run(run_dir, **kwargs).parse(sentences, progress=progress)
+    predicted = Parser.from_run(run, **kwargs).parse(sentences, progress=progress)
     return evalb.score(gold, predicted), predicted

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from keras_transformer.model import PAD_ID
+from pipelines.special_ids import PAD_ID
 
 
 def global_token_count(local_count):

@@ -19,7 +19,8 @@ sentence is done.
 
 import tensorflow as tf
 
-from keras_transformer.search import EXTRA_LENGTH, mask_special_tokens, model_step
+from keras_transformer.decoding.search import EXTRA_LENGTH, mask_special_tokens, model_step
+from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
 
 NEG_INF = -1e9
@@ -30,8 +31,8 @@ def length_penalty(length, alpha):
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
 
 
-def beam_search(step_fn, state, limits, beam_size=4, alpha=0.6, max_length=None,
-                min_length=None):
+def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+                max_length=None, min_length=None):
     """Batched beam search over a step function.
 
     Args:
@@ -144,8 +145,8 @@ def trim(ids):
     return ids[..., :length]
 
 
-def translate_beam(model, source_ids, beam_size=4, alpha=0.6, cached=True,
-                   extra_length=EXTRA_LENGTH):
+def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+                   cached=True, extra_length=EXTRA_LENGTH):
     """Beam search of `model` on (B, S) source ids; returns the `beam_search` dict, trimmed."""
     step_fn, state, limits, max_length = model_step(model, source_ids, beam_size, cached=cached,
                                                     extra_length=extra_length)
@@ -154,7 +155,8 @@ def translate_beam(model, source_ids, beam_size=4, alpha=0.6, cached=True,
     return result
 
 
-def compiled_beam_search(model, beam_size=4, alpha=0.6, cached=True, extra_length=EXTRA_LENGTH):
+def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+                         cached=True, extra_length=EXTRA_LENGTH):
     """`translate_beam` as one tf.function for any batch shape (traced once)."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])

@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
-from keras_transformer.loss import smoothed_token_losses
-from keras_transformer.model import PAD_ID
+from keras_transformer.training.loss import smoothed_token_losses
+from pipelines.special_ids import PAD_ID
 
 
 class _MaskedTokenMean(keras.metrics.Metric):

@@ -7,6 +7,8 @@ shared 37000-token vocabulary, as in the paper's Table 3 (`keras-transformer par
 
 import copy
 
+from keras_transformer.errors import ConfigError
+
 # Architecture of the paper's base model (Table 3, first row).
 _BASE_MODEL = dict(
     num_layers=6, d_model=512, num_heads=8, d_ff=2048, key_dim=None, value_dim=None,
@@ -107,5 +109,46 @@ def preset_names():
 def get_preset(name):
     """Returns a deep copy of preset `name`: {"description", "model", "training"}."""
     if name not in PRESETS:
-        raise ValueError(f"Unknown preset {name!r}. Known presets: {', '.join(preset_names())}.")
+        raise ConfigError(f"Unknown preset {name!r}. Known presets: {', '.join(preset_names())}.")
     return copy.deepcopy(PRESETS[name])
+
+
+# The architecture keys a user may set on top of a preset (config files and the command line).
+ARCHITECTURE_KEYS = ("num_layers", "d_model", "num_heads", "d_ff", "key_dim", "value_dim",
+                     "dropout", "norm_first", "positional")
+
+
+def resolve_architecture(preset, **overrides):
+    """The complete `Transformer` arguments (all but the vocabulary) of preset `preset` with
+    `overrides` (None values ignored): what a run saves so that it never needs the preset
+    table again. key_dim and value_dim come out resolved (d_model / num_heads by default).
+
+    Raises:
+        ConfigError naming a key that is not an architecture key or a value the model refuses
+        (e.g. d_model=510 with num_heads=8).
+    """
+    from keras_transformer.layers.encoder import check_dimensions
+
+    unknown = sorted(set(overrides) - set(ARCHITECTURE_KEYS))
+    if unknown:
+        raise ConfigError(f"Not architecture keys: {', '.join(unknown)}; the keys are "
+                          f"{', '.join(ARCHITECTURE_KEYS)}.")
+    architecture = get_preset(preset)["model"]
+    architecture.update({k: v for k, v in overrides.items() if v is not None})
+    architecture.setdefault("norm_first", False)
+    for key in ("num_layers", "d_model", "num_heads", "d_ff"):
+        value = architecture[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ConfigError(f"{key}={value!r} must be a positive integer.")
+    if architecture["positional"] not in ("sinusoidal", "learned"):
+        raise ConfigError(f"positional={architecture['positional']!r} must be 'sinusoidal' or "
+                          "'learned'.")
+    if architecture["positional"] == "learned" and not architecture.get("max_length"):
+        architecture["max_length"] = 512
+    try:
+        architecture["key_dim"], architecture["value_dim"] = check_dimensions(
+            architecture["d_model"], architecture["num_heads"], architecture["key_dim"],
+            architecture["value_dim"])
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    return architecture

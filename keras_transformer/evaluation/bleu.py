@@ -11,6 +11,8 @@ import re
 import sacrebleu
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
+from keras_transformer.errors import InputError
+
 _COMPOUND = re.compile(r"(?<=\S)-(?=\S)")
 
 
@@ -30,7 +32,7 @@ def tokenized_bleu(hypotheses, references):
 def score(hypotheses, references):
     """Returns a dict of scores and printable lines."""
     if len(hypotheses) != len(references):
-        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references.")
+        raise InputError(f"{len(hypotheses)} hypotheses for {len(references)} references.")
     bleu = sacrebleu.metrics.BLEU()
     chrf = sacrebleu.metrics.CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])

@@ -1,0 +1,8 @@
+"""Decoding: greedy and beam search over a step function, and `Translator` for text.
+
+    search.py        greedy search; `model_step` bridges a Transformer to the searches
+    beam_search.py   beam search with the GNMT length penalty (Section 6.1)
+    translate.py     Translator: batching, tokenization, truncation, n-best
+"""
+
+from keras_transformer.decoding.translate import Translator  # noqa: F401

@@ -1,0 +1,4 @@
+"""Evaluation: BLEU and chrF of translations (`bleu.py`), attention pictures
+(`attention_maps.py`)."""
+
+from keras_transformer.evaluation.bleu import score  # noqa: F401

@@ -1,0 +1,202 @@
+"""SavedModel export for TensorFlow Serving (layout `saved_models/<name>/<version>/`), two
+signatures:
+
+* `serving_default`: `sentences` (N,) string [, `beam_size` () int32 = 4, `alpha` () float32
+  = 0.6] -> `translations` (N,) string, `scores` (N,) float32. Tokenization and
+  detokenization run in the graph (tensorflow-text sentencepiece). `beam_size` and `alpha`
+  have defaults recorded in the SignatureDef, so a request may leave them out.
+* `translate_ids`: `source_ids` (N, S) int32 (subword ids ending with EOS = 2, padded with
+  0) [, `beam_size`, `alpha`] -> `ids` (N, T) int32 (ending with EOS, padded with 0),
+  `scores` (N,) float32. Core TensorFlow ops only; with `ids_only=True` the SavedModel holds
+  nothing else and loads on a server without the tensorflow-text kernels.
+
+A version is written under a temporary name beside it and renamed when complete, so an
+interrupted export leaves no partial version behind.
+"""
+
+import logging
+import pathlib
+import time
+import types
+
+import tensorflow as tf
+
+from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
+from keras_transformer.export.graph import ExportError, normalize_text, search_ids
+from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
+from pipelines.special_ids import EOS_ID, PAD_ID
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BEAM_SIZE = TRANSLATION.beam_size
+DEFAULT_ALPHA = TRANSLATION.alpha
+
+
+class IdsTranslatorModule(tf.Module):
+    """A SavedModel with the `translate_ids` signature only (no tensorflow-text ops).
+
+    Args:
+        model: a trained `Transformer`.
+        max_input_length: longer inputs are truncated (subword tokens, EOS included).
+    """
+
+    def __init__(self, model, max_input_length=MAX_LENGTH):
+        super().__init__(name="translator")
+        if max_input_length < 2:
+            raise ExportError(f"max_input_length={max_input_length} must be at least 2.")
+        # Not tracked as is: TensorFlow's object graph would save the Keras variable wrappers,
+        # while the functions capture the tf.Variables inside them, which a TF1-style loader
+        # (TensorFlow Serving, saved_model_cli run) then finds uninitialized. `track_variables`
+        # tracks exactly the variables the signatures use instead (as keras.export does).
+        self._parts = types.SimpleNamespace(model=model)
+        self.max_input_length = max_input_length
+
+    @property
+    def model(self):
+        return self._parts.model
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+        tf.TensorSpec([], tf.int32, name="beam_size"),
+        tf.TensorSpec([], tf.float32, name="alpha"),
+    ])
+    def translate_ids(self, source_ids, beam_size=tf.constant(DEFAULT_BEAM_SIZE),
+                      alpha=tf.constant(DEFAULT_ALPHA)):
+        ids, scores = search_ids(self.model, source_ids, beam_size, alpha, self.max_input_length)
+        return {"ids": ids, "scores": scores}
+
+    def signatures(self):
+        return {"translate_ids": self.translate_ids}
+
+    def track_variables(self):
+        """Tracks the tf.Variables that the traced signatures capture (call before saving)."""
+        seen, variables = set(), []
+        for function in self.signatures().values():
+            for variable in function.get_concrete_function().variables:
+                if id(variable) not in seen:
+                    seen.add(id(variable))
+                    variables.append(variable)
+        self.model_variables = variables
+        return variables
+
+
+class TranslatorModule(IdsTranslatorModule):
+    """The full SavedModel: `serving_default` (text in, text out) and `translate_ids`.
+
+    Args:
+        model: a trained `Transformer`.
+        tokenizer: its `SubwordTokenizer`.
+        max_input_length: longer inputs are truncated (subword tokens, EOS included).
+    """
+
+    def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH):
+        super().__init__(model, max_input_length)
+        self.tokenizer = tokenizer
+
+    @tf.function(input_signature=[
+        tf.TensorSpec([None], tf.string, name="sentences"),
+        tf.TensorSpec([], tf.int32, name="beam_size"),
+        tf.TensorSpec([], tf.float32, name="alpha"),
+    ])
+    def serve(self, sentences, beam_size=tf.constant(DEFAULT_BEAM_SIZE),
+              alpha=tf.constant(DEFAULT_ALPHA)):
+        tokens = self.tokenizer.tokenize(normalize_text(sentences))
+        tokens = tokens[:, : self.max_input_length - 1]
+        eos = tf.fill([tokens.nrows(), 1], EOS_ID)
+        source_ids = tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
+        source_ids = source_ids.to_tensor(default_value=PAD_ID)
+        ids, scores = search_ids(self.model, source_ids, beam_size, alpha,
+                                 self.max_input_length)
+        translations = self.tokenizer.detokenize_dense(ids)
+        empty = tf.equal(tokens.row_lengths(), 0)
+        return {"translations": tf.where(empty, "", translations), "scores": scores}
+
+    def signatures(self):
+        return {"serving_default": self.serve, "translate_ids": self.translate_ids}
+
+
+def existing_versions(base_dir):
+    """Numeric version directories under base_dir (what TensorFlow Serving loads)."""
+    base_dir = pathlib.Path(base_dir)
+    if not base_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in base_dir.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
+                       max_input_length=MAX_LENGTH, ids_only=False):
+    """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
+
+    Args:
+        version: integer version directory; default one more than the highest existing (1).
+        overwrite: replace an existing version (otherwise an error).
+    """
+    base_dir = pathlib.Path(base_dir)
+    base_dir.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(base_dir)
+    versions = existing_versions(base_dir)
+    if version is None:
+        version = (versions[-1] + 1) if versions else 1
+    if version < 0:
+        raise ExportError(f"version={version} must be a non-negative integer.")
+    target = base_dir / str(version)
+    if target.exists() and not overwrite:
+        raise ExportError(
+            f"{target} already exists: TensorFlow Serving may be serving it. Choose another "
+            "version, or allow overwriting it.")
+    module = (IdsTranslatorModule(model, max_input_length) if ids_only
+              else TranslatorModule(model, tokenizer, max_input_length))
+    start = time.time()
+    with atomic_path(target) as temporary:
+        temporary.mkdir()  # from here on, everything goes under the temporary name
+        module.track_variables()
+        tf.saved_model.save(module, str(temporary), signatures=module.signatures())
+        if not ids_only:
+            # The sentencepiece model, for clients that tokenize themselves (translate_ids).
+            write_bytes(temporary / "assets.extra" / "spm.model", tokenizer.model_proto)
+    log.info("SavedModel written to %s in %.1f s", target, time.time() - start)
+    return target
+
+
+def signature_op_types(saved_model_dir, signature="translate_ids"):
+    """Op types a signature of a SavedModel runs, including those inside nested functions
+    (while-loop bodies, partitioned calls)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString((pathlib.Path(saved_model_dir) / "saved_model.pb").read_bytes())
+    graph = proto.meta_graphs[0]
+    if signature not in graph.signature_def:
+        raise ExportError(f"{saved_model_dir} has no signature {signature!r}; it has "
+                          f"{', '.join(sorted(graph.signature_def))}.")
+    functions = {f.signature.name: f for f in graph.graph_def.library.function}
+    nodes = {node.name: node for node in graph.graph_def.node}
+    ops, seen, pending = set(), set(), []
+
+    def visit(node):
+        ops.add(node.op)
+        if node.op in functions:
+            pending.append(node.op)
+        for attr in node.attr.values():
+            names = [attr.func.name] if attr.HasField("func") else [
+                f.name for f in attr.list.func]
+            pending.extend(name for name in names if name)
+
+    # The signature's outputs, and everything they depend on in the outer graph.
+    stack = [t.name.split(":")[0] for t in graph.signature_def[signature].outputs.values()]
+    while stack:
+        name = stack.pop().lstrip("^").split(":")[0]
+        if name in seen or name not in nodes:
+            continue
+        seen.add(name)
+        visit(nodes[name])
+        stack.extend(nodes[name].input)
+    done = set()
+    while pending:
+        name = pending.pop()
+        if name in done or name not in functions:
+            continue
+        done.add(name)
+        for node in functions[name].node_def:
+            visit(node)
+    return sorted(ops)

@@ -1,0 +1,15 @@
+"""Training: the paper's loss, schedule and optimizer, the callbacks, and `train()`.
+
+    loss.py        label-smoothed cross-entropy (Section 5.4)
+    schedule.py    the warmup / inverse-square-root learning rate (Section 5.3)
+    optimizer.py   Adam with the paper's betas, fused
+    metrics.py     masked token accuracy and perplexity
+    callbacks.py   checkpoints, dev evaluation, stopping, NaN guard
+    strategy.py    tf.distribute strategies
+    trainer.py     train(config): a run from its config to model.keras
+"""
+
+from keras_transformer.training.callbacks import NanGuard, TrainingError  # noqa: F401
+from keras_transformer.training.loss import LabelSmoothedCrossEntropy  # noqa: F401
+from keras_transformer.training.schedule import TransformerSchedule  # noqa: F401
+from keras_transformer.training.trainer import compile_model, train  # noqa: F401

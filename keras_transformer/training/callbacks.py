@@ -1,0 +1,179 @@
+"""Keras callbacks of a training run: checkpoints, dev evaluation, stopping, NaN guard.
+
+Each takes `step_fn`, which returns the current optimizer step: under gradient accumulation
+Keras' batch counter is not the step.
+"""
+
+import logging
+import math
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.errors import UserError
+from keras_transformer.training.metrics import Perplexity, TokenAccuracy
+
+log = logging.getLogger(__name__)
+
+
+class TrainingError(UserError):
+    """Training cannot go on; the message says why and what to do."""
+
+
+class PeriodicCheckpoint(keras.callbacks.Callback):
+    """Saves every `minutes` of training and/or every `steps` optimizer steps, and at the end.
+
+    Args:
+        manager: a `tf.train.CheckpointManager` (keeps the last K).
+        step_fn: returns the current optimizer step (an int).
+        minutes: wall-clock interval (paper: 10); None to save by steps only.
+        steps: step interval; None to save by time only.
+    """
+
+    def __init__(self, manager, step_fn, minutes=10.0, steps=None):
+        super().__init__()
+        self.manager, self.step_fn = manager, step_fn
+        self.minutes, self.steps = minutes, steps
+        self.last_time = time.monotonic()
+        self.last_step = None
+
+    def save(self, reason):
+        step = self.step_fn()
+        if step == self.last_step:
+            return
+        path = self.manager.save(checkpoint_number=step)
+        self.last_step, self.last_time = step, time.monotonic()
+        log.info("checkpoint %s (step %d, %s)", path, step, reason)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_fn()
+        if self.steps and step % self.steps == 0:
+            self.save(f"every {self.steps} steps")
+        elif self.minutes and time.monotonic() - self.last_time >= 60 * self.minutes:
+            self.save(f"every {self.minutes:g} minutes")
+
+    def on_train_end(self, logs=None):
+        self.save("end of training")
+
+
+class Validation(keras.callbacks.Callback):
+    """Dev loss, perplexity and token accuracy at the end of every Keras epoch (eval_steps).
+
+    `results(step)` gives the figures at a step, reusing the pass made at the end of the last
+    epoch when it was made at that step.
+    """
+
+    def __init__(self, dataset, loss, step_fn):
+        super().__init__()
+        self.dataset, self.loss, self.step_fn = dataset, loss, step_fn
+        self._step = None
+        self.last = (None, None)  # (step, results) of the latest pass
+
+    def _compiled(self):
+        if self._step is None:
+            accuracy, perplexity = TokenAccuracy(), Perplexity()
+            self._metrics = (accuracy, perplexity)
+
+            @tf.function(reduce_retracing=True)
+            def step(inputs, labels):
+                logits = self.model(inputs, training=False)
+                mask = tf.cast(labels != 0, tf.float32)
+                loss = self.loss(labels, logits) * tf.reduce_sum(mask)
+                accuracy.update_state(labels, logits)
+                perplexity.update_state(labels, logits)
+                return loss, tf.reduce_sum(mask)
+
+            self._step = step
+        return self._step
+
+    def evaluate(self):
+        step = self._compiled()
+        for metric in self._metrics:
+            metric.reset_state()
+        total = count = 0.0
+        for inputs, labels in self.dataset:
+            loss, tokens = step(inputs, labels)
+            total += float(loss)
+            count += float(tokens)
+        accuracy, perplexity = self._metrics
+        results = {"val_loss": total / max(count, 1.0),
+                   "val_perplexity": float(perplexity.result()),
+                   "val_token_accuracy": float(accuracy.result())}
+        self.last = (self.step_fn(), results)
+        return results
+
+    def results(self):
+        """The dev figures at the current step (one pass per step at most)."""
+        step, results = self.last
+        return results if step == self.step_fn() else self.evaluate()
+
+    def on_epoch_end(self, epoch, logs=None):
+        results = self.evaluate()
+        if logs is not None:
+            logs.update(results)
+        print("validation: " + ", ".join(f"{k} {v:.4f}" for k, v in results.items()), flush=True)
+
+
+class DevBleu(keras.callbacks.Callback):
+    """sacreBLEU of greedy translations of the first dev sentences, every `every` steps."""
+
+    def __init__(self, tokenizer, sources_text, references, every, step_fn, max_length):
+        super().__init__()
+        self.tokenizer, self.sources, self.references = tokenizer, sources_text, references
+        self.every, self.step_fn, self.max_length = every, step_fn, max_length
+        self._translator = None
+        self.history = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_fn()
+        if step % self.every or (self.history and self.history[-1][0] == step):
+            return
+        import sacrebleu
+
+        from keras_transformer.decoding.translate import Translator
+
+        if self._translator is None:
+            self._translator = Translator(self.model, self.tokenizer, beam_size=1,
+                                          max_input_length=self.max_length)
+        hypotheses = self._translator.translate(self.sources)
+        bleu = sacrebleu.corpus_bleu(hypotheses, [self.references])
+        self.history.append((step, bleu.score))
+        print(f"\nstep {step}: dev BLEU (greedy, {len(self.sources)} sentences) "
+              f"{bleu.score:.2f}", flush=True)
+
+
+class StopAt(keras.callbacks.Callback):
+    """Stops at `train_steps` optimizer steps or after `minutes` of training."""
+
+    def __init__(self, train_steps, step_fn, minutes=None):
+        super().__init__()
+        self.train_steps, self.step_fn, self.minutes = train_steps, step_fn, minutes
+        self.start = time.monotonic()
+        self.reason = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self.step_fn() >= self.train_steps:
+            self.reason = f"reached train_steps={self.train_steps}"
+        elif self.minutes and time.monotonic() - self.start >= 60 * self.minutes:
+            self.reason = f"time limit of {self.minutes:g} minutes"
+        if self.reason:
+            self.model.stop_training = True
+
+
+class NanGuard(keras.callbacks.Callback):
+    """Stops training with a clear message when the loss becomes NaN or infinite."""
+
+    def __init__(self, step_fn):
+        super().__init__()
+        self.step_fn = step_fn
+
+    def on_train_batch_end(self, batch, logs=None):
+        loss = (logs or {}).get("loss")
+        if loss is not None and not math.isfinite(float(loss)):
+            self.model.stop_training = True
+            raise TrainingError(
+                f"Loss became {float(loss)} at step {self.step_fn()}. Training stopped; the "
+                "last good checkpoint is kept. Lower the learning rate (lr_scale), raise "
+                "warmup_steps, or use float32 precision, then restart."
+            )

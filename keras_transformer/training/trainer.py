@@ -1,0 +1,207 @@
+"""Training with `model.fit`: the paper's recipe (Section 5) plus checkpoints, resume and
+tf.distribute.
+
+    from keras_transformer.runs import make_config
+    from keras_transformer.training import train
+    train(make_config(preset="small", dataset="multi30k", train_steps=20000))
+
+The same runs from the shell: `keras-transformer train --preset small --train-steps 20000`.
+Restarting a killed run with the same command resumes from its last checkpoint: weights,
+optimizer state, step and data position (the batches already seen are skipped).
+"""
+
+import json
+import logging
+import math
+import time
+
+import keras
+import tensorflow as tf
+
+from keras_transformer.runs import Run
+from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint, StopAt,
+                                                  Validation)
+from keras_transformer.training.loss import LabelSmoothedCrossEntropy
+from keras_transformer.training.metrics import Perplexity, TokenAccuracy
+from keras_transformer.training.optimizer import paper_optimizer
+from keras_transformer.training.strategy import is_chief, make_strategy, task_id
+from pipelines import datasets
+from pipelines.batching import count_lengths, make_dataset, tokenize_pairs
+
+log = logging.getLogger(__name__)
+
+
+def compile_model(model, config):
+    """Compiles with the paper's optimizer and loss; returns (optimizer, loss)."""
+    optimizer = paper_optimizer(model.d_model, config.warmup_steps, config.lr_scale,
+                                config.grad_accum_steps)
+    loss = LabelSmoothedCrossEntropy(config.label_smoothing)
+    model.compile(optimizer=optimizer, loss=loss, metrics=[TokenAccuracy(), Perplexity()],
+                  jit_compile=config.xla)
+    # Under mixed_float16 Keras wraps the optimizer in a LossScaleOptimizer: use the wrapper,
+    # so checkpoints hold the loss scale too.
+    optimizer = model.optimizer
+    optimizer.build(model.trainable_variables)
+    return optimizer, loss
+
+
+class TokenCounter:
+    """Counts real source + target tokens handed to training (for the closing tokens/s)."""
+
+    def __init__(self):
+        self.tokens = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def step(self):
+        def count(inputs, labels):
+            source, _ = inputs
+            real = (tf.math.count_nonzero(source) + tf.math.count_nonzero(labels)
+                    + tf.math.count_nonzero(tf.reduce_any(labels != 0, axis=1)))  # + BOS
+            return tf.group(self.tokens.assign_add(real))
+
+        def apply(dataset):
+            def counted(inputs, labels):
+                with tf.control_dependencies([count(inputs, labels)]):
+                    return tf.nest.map_structure(tf.identity, (inputs, labels))
+
+            return dataset.map(counted)
+
+        return apply
+
+
+def train_dataset(pairs, config, tokenizer, strategy, skip_batches, counter):
+    """Token-budget batches of the training pairs, repeated, one pipeline per worker, with the
+    first `skip_batches` (already trained on) skipped."""
+
+    def build(input_context=None):
+        data = pairs
+        if input_context is not None and input_context.num_input_pipelines > 1:
+            data = data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
+        dataset = make_dataset(data, tokenizer, config.tokens_per_batch, config.max_length,
+                               shuffle=True, repeat=True, seed=config.seed,
+                               pad_to_bucket=config.pad_to_bucket)
+        # Resume: skip what was already trained on (per pipeline; replicas share a pipeline).
+        per_pipeline = skip_batches
+        if input_context is not None:
+            per_pipeline = skip_batches * input_context.num_replicas_in_sync // max(
+                1, input_context.num_input_pipelines)
+        if per_pipeline:
+            dataset = dataset.skip(per_pipeline)
+        return dataset.apply(counter.step())
+
+    if strategy.num_replicas_in_sync == 1:
+        return build()
+    return strategy.distribute_datasets_from_function(build)
+
+
+def _texts(pairs):
+    return (text.decode("utf-8") for pair in pairs.as_numpy_iterator() for text in pair)
+
+
+def _report_lengths(name, pairs, tokenizer, max_length):
+    counts = count_lengths(pairs.apply(tokenize_pairs(tokenizer)), max_length)
+    if name == "train":
+        print(f"training data: {counts['pairs']} pairs, {counts['src_tokens']} source and "
+              f"{counts['tgt_tokens']} target tokens; {counts['too_long']} pairs longer than "
+              f"max_length={max_length} are dropped", flush=True)
+    elif counts["too_long"]:
+        log.warning("%s: %d pairs longer than max_length=%d are not evaluated", name,
+                    counts["too_long"], max_length)
+
+
+def train(config):
+    """Runs (or resumes) training as configured. Returns a summary dict."""
+    run = Run(config.output_dir)
+    config = run.config_for(config)  # a new run's config, or the saved one continued
+    keras.mixed_precision.set_global_policy(config.precision)
+    strategy = make_strategy(config.strategy, config.num_replicas)
+    chief = is_chief(strategy)
+    print("effective config:\n" + json.dumps(config.to_dict(), indent=2, sort_keys=True),
+          flush=True)
+    if chief:
+        run.save_config(config)
+
+    # Data and vocabulary: each split is loaded once.
+    train_pairs, train_files = datasets.load_pairs(config.dataset, "train",
+                                                   **config.data_arguments())
+    dev_pairs, _ = datasets.load_pairs(config.dataset, "dev", **config.data_arguments())
+    if chief:
+        tokenizer = run.prepare_tokenizer(
+            lambda: _texts(train_pairs), config.vocab_size, source_files=train_files,
+            progress=config.verbose > 0, seed=config.seed,
+            user_symbols=datasets.vocabulary_symbols(config.dataset, config.source_dir))
+    else:
+        tokenizer = run.wait_for_tokenizer()
+
+    # Model, optimizer, checkpoints; resume from the newest readable checkpoint.
+    keras.utils.set_random_seed(config.seed)
+    with strategy.scope():
+        model = run.build_model()
+        optimizer, loss = compile_model(model, config)
+    directory = None if chief else run.worker_checkpoint_dir(task_id(strategy))
+    checkpoint, manager = run.checkpoint_manager(model, optimizer, config.keep_checkpoints,
+                                                 directory)
+    restored = run.restore(checkpoint)
+    if restored:
+        print(f"resumed from {restored} at step {int(optimizer.iterations.numpy())}", flush=True)
+
+    def step_fn():
+        return int(optimizer.iterations.numpy())
+
+    start_step = step_fn()
+    if start_step >= config.train_steps:
+        print(f"nothing to do: step {start_step} >= train_steps {config.train_steps}")
+        return {"step": start_step, "run_dir": str(run.directory)}
+    counter = TokenCounter()
+    batches_done = start_step * config.grad_accum_steps
+    if batches_done:
+        print(f"restoring the data position: skipping {batches_done} batches", flush=True)
+    if chief and config.dataset != "wmt14":  # one cheap pass; WMT14 is too big to pre-count
+        _report_lengths("train", train_pairs, tokenizer, config.max_length)
+    data = train_dataset(train_pairs, config, tokenizer, strategy, batches_done, counter)
+
+    callbacks = [NanGuard(step_fn)]
+    validation = None
+    if dev_pairs is not None:
+        dev = make_dataset(dev_pairs, tokenizer, config.tokens_per_batch, config.max_length,
+                           shuffle=False)
+        _report_lengths("dev", dev_pairs, tokenizer, config.max_length)
+        validation = Validation(dev, loss, step_fn)
+        callbacks.append(validation)
+        if config.bleu_steps:
+            sources, references = datasets.pair_texts(dev_pairs, config.bleu_sentences)
+            callbacks.append(DevBleu(tokenizer, sources, references, config.bleu_steps, step_fn,
+                                     config.max_length))
+    stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
+    multiworker = config.strategy == "multiworker"
+    checkpoint_minutes = None if multiworker else config.checkpoint_minutes
+    checkpoint_steps = config.checkpoint_steps or (config.eval_steps if multiworker else None)
+    callbacks += [
+        PeriodicCheckpoint(manager, step_fn, checkpoint_minutes, checkpoint_steps),
+        stop,
+        keras.callbacks.TensorBoard(str(run.logs_dir("train" if chief else "worker")),
+                                    update_freq=50),
+    ]
+
+    # A Keras epoch is eval_steps optimizer steps, i.e. eval_steps x grad_accum_steps batches.
+    epochs = math.ceil(config.train_steps / config.eval_steps)
+    started = time.monotonic()
+    model.fit(data, epochs=epochs, steps_per_epoch=config.eval_steps * config.grad_accum_steps,
+              shuffle=False, initial_epoch=min(start_step // config.eval_steps, epochs - 1),
+              callbacks=callbacks, verbose=config.verbose if chief else 0)
+    seconds = time.monotonic() - started
+
+    tokens = int(counter.tokens.numpy())
+    step = step_fn()
+    summary = {"run_dir": str(run.directory), "start_step": start_step, "step": step,
+               "seconds": round(seconds, 1), "tokens": tokens,
+               "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
+               "stopped": stop.reason or "epochs done"}
+    if validation is not None:
+        summary.update(validation.results())  # the pass at the last epoch's end, if current
+    if chief:
+        summary["model"] = str(run.save_model(model))
+    print(f"training done: step {start_step} -> {step} in {seconds:.0f} s "
+          f"({summary['tokens_per_s']:.0f} tokens/s, source + target), {summary['stopped']}"
+          + (f"; dev loss {summary['val_loss']:.3f}, perplexity {summary['val_perplexity']:.2f}"
+             if "val_loss" in summary else ""), flush=True)
+    return summary

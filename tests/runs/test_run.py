@@ -1,0 +1,225 @@
+"""The run directory: self-contained configs, resume after a move, a preset change or a damaged
+checkpoint, the vocabulary cache, atomic files, and the command line's error rule."""
+
+import json
+import logging
+import os
+import re
+import shutil
+
+import pytest
+
+from keras_transformer import cli
+from keras_transformer.decoding.translate import Translator
+from keras_transformer.errors import ConfigError, RunError
+from keras_transformer.models import presets
+from keras_transformer.runs import Run, make_config
+from keras_transformer.runs.run import (FORMAT_VERSION, TEMPORARY_PREFIX, atomic_path,
+                                        remove_stale_temporaries, write_text)
+from keras_transformer.training import train
+from tests.training_helpers import write_corpus
+
+# A preset that exists only while these tests run, so that they can change it afterwards.
+RUNTIME_PRESET = "test-runtime-tiny"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def config_for(corpus, output_dir, **overrides):
+    settings = dict(
+        preset=RUNTIME_PRESET, dataset="text", train_src=str(corpus["train.src"]),
+        train_tgt=str(corpus["train.tgt"]), dev_src=str(corpus["dev.src"]),
+        dev_tgt=str(corpus["dev.tgt"]), vocab_size=400, tokens_per_batch=256, max_length=32,
+        warmup_steps=50, train_steps=20, checkpoint_steps=10, eval_steps=10, verbose=0,
+        output_dir=str(output_dir))
+    return make_config(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def runtime_preset():
+    presets.PRESETS[RUNTIME_PRESET] = presets._variant(
+        "tiny, registered by the tests", model=dict(num_layers=2, d_model=32, num_heads=4,
+                                                    d_ff=64),
+        training=dict(warmup_steps=50, train_steps=20))
+    yield RUNTIME_PRESET
+    presets.PRESETS.pop(RUNTIME_PRESET, None)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, corpus, runtime_preset):
+    """A run of the runtime preset trained to step 20, checkpoints at 10 and 20."""
+    run_dir = tmp_path_factory.mktemp("trained") / "run"
+    train(config_for(corpus, run_dir))
+    return run_dir
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path):
+    """A private copy of the trained run (each test may damage or move its own)."""
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def test_config_json_is_self_contained(trained):
+    saved = json.loads((trained / "config.json").read_text())
+    assert saved["format_version"] == FORMAT_VERSION
+    assert saved["architecture"] == {**saved["architecture"], "num_layers": 2, "d_model": 32,
+                                     "num_heads": 4, "d_ff": 64, "key_dim": 8, "value_dim": 8}
+    assert (saved["train_steps"], saved["warmup_steps"], saved["label_smoothing"]) == (20, 50, 0.1)
+    run = Run(trained)
+    assert run.config.architecture == saved["architecture"]
+    assert [os.path.basename(p) for p in run.checkpoints()] == ["ckpt-10", "ckpt-20"]
+
+
+def test_a_changed_preset_does_not_change_the_run(run_copy, corpus, runtime_preset, capsys):
+    presets.PRESETS[RUNTIME_PRESET]["model"].update(d_model=48, num_heads=2)
+    try:
+        # evaluate
+        assert cli.main(["evaluate", "--run-dir", str(run_copy), "--src",
+                         str(corpus["dev.src"]), "--ref", str(corpus["dev.tgt"]), "--beam",
+                         "2"]) == 0
+        assert '"sacrebleu"' in capsys.readouterr().out
+        # average
+        assert cli.main(["average", "--run-dir", str(run_copy), "--last", "2"]) == 0
+        averaged = Run(run_copy).load_model()
+        assert averaged.d_model == 32
+        # resume: the saved architecture wins over today's preset
+        summary = train(config_for(corpus, run_copy, train_steps=25))
+        assert (summary["start_step"], summary["step"]) == (20, 25)
+        assert Run(run_copy).load_model(prefer_averaged=False).d_model == 32
+    finally:
+        presets.PRESETS[RUNTIME_PRESET]["model"].update(d_model=32, num_heads=4)
+
+
+def test_a_moved_run_directory_resumes(run_copy, corpus, tmp_path, capsys):
+    moved = tmp_path / "elsewhere" / "renamed"
+    moved.parent.mkdir()
+    shutil.move(run_copy, moved)
+    summary = train(config_for(corpus, moved, train_steps=25))
+    out = capsys.readouterr().out
+    assert re.search(r"resumed from .*renamed/checkpoints/ckpt-20 at step 20", out), out
+    assert (summary["start_step"], summary["step"]) == (20, 25)
+    assert Run(moved).config.output_dir == str(moved)
+
+
+def test_resume_refuses_a_different_architecture_by_name(run_copy, corpus):
+    with pytest.raises(ConfigError, match=r"d_model: 32 -> 64.*train_steps"):
+        train(config_for(corpus, run_copy, d_model=64))
+    with pytest.raises(ConfigError, match=r"vocab_size: 400 -> 500"):
+        train(config_for(corpus, run_copy, vocab_size=500))
+    # Keys equal to the saved architecture, and the resumable keys, may be given.
+    config = Run(run_copy).config_for(config_for(corpus, run_copy, d_model=32, num_layers=2,
+                                                 train_steps=40, eval_steps=7))
+    assert (config.train_steps, config.eval_steps, config.architecture["d_model"]) == (40, 7, 32)
+
+
+def truncate_newest_checkpoint(run_dir):
+    data = sorted((run_dir / "checkpoints").glob("ckpt-20.data-*"))
+    assert data, list((run_dir / "checkpoints").iterdir())
+    size = data[0].stat().st_size
+    with open(data[0], "r+b") as handle:
+        handle.truncate(size // 2)
+    return data[0]
+
+
+def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_is_used(
+        run_copy, corpus, caplog, capsys):
+    truncate_newest_checkpoint(run_copy)
+    with caplog.at_level(logging.WARNING):
+        assert cli.main(["average", "--run-dir", str(run_copy), "--last", "2"]) == 0
+    damaged = [r for r in caplog.records if "ckpt-20" in r.getMessage()]
+    assert len(damaged) == 1 and "damaged" in damaged[0].getMessage()
+    assert "averaged 1 checkpoints (ckpt-10)" in capsys.readouterr().out
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        summary = train(config_for(corpus, run_copy, train_steps=30))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
+                and "damaged" in r.getMessage()]
+    assert len(warnings) == 1 and "ckpt-20" in warnings[0], warnings
+    assert re.search(r"resumed from .*ckpt-10 at step 10", capsys.readouterr().out)
+    assert (summary["start_step"], summary["step"]) == (10, 30)
+    assert os.path.basename(Run(run_copy).checkpoints()[-1]) == "ckpt-30"
+
+
+def test_a_format_1_run_still_loads(run_copy):
+    path = run_copy / "config.json"
+    values = json.loads(path.read_text())
+    del values["format_version"], values["architecture"]
+    path.write_text(json.dumps(values))
+    run = Run(run_copy)
+    assert run.config.architecture["d_model"] == 32  # from today's preset, all it recorded
+    assert run.load_model().d_model == 32
+    translator = Translator.from_run(run_copy, beam_size=1)
+    assert isinstance(translator.translate(["dog runs"])[0], str)
+
+
+def test_not_a_run_and_damaged_files_are_named(tmp_path, run_copy):
+    with pytest.raises(RunError, match="not a training run directory"):
+        Run(tmp_path).config
+    (run_copy / "config.json").write_text("{not json")
+    with pytest.raises(RunError, match="config.json is damaged"):
+        Run(run_copy).config
+
+
+def test_vocabulary_is_reused_and_retrained_when_settings_change(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("ein kleiner Hund läuft\na small dog runs\n" * 50, encoding="utf-8")
+    texts = corpus.read_text(encoding="utf-8").splitlines()
+    run = Run(tmp_path / "run")
+    first = run.prepare_tokenizer(texts, 320, source_files=[corpus], progress=False)
+    stamp = run.tokenizer_path.stat().st_mtime_ns
+    again = Run(tmp_path / "run").prepare_tokenizer(
+        lambda: pytest.fail("the cached vocabulary must not read the text"), 320,
+        source_files=[corpus], progress=False)
+    assert run.tokenizer_path.stat().st_mtime_ns == stamp
+    assert again.vocab_size == first.vocab_size == 320
+    other = run.prepare_tokenizer(texts, 300, source_files=[corpus], progress=False)
+    assert other.vocab_size == 300
+
+
+def test_atomic_writes_keep_the_old_file_on_failure_and_clean_up(tmp_path):
+    target = tmp_path / "out" / "file.txt"
+    write_text(target, "old")
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as temporary:
+            temporary.write_text("half")
+            raise RuntimeError("killed")
+    assert target.read_text() == "old"
+    assert os.listdir(target.parent) == ["file.txt"]
+    folder = tmp_path / "version"
+    for content in ("first", "second"):
+        with atomic_path(folder) as temporary:
+            temporary.mkdir()
+            (temporary / "data").write_text(content)
+    assert (folder / "data").read_text() == "second"
+    # What a killed writer left (its process is gone) goes; a live writer's stays.
+    dead = tmp_path / f"{TEMPORARY_PREFIX}999999999-file.txt"
+    live = tmp_path / f"{TEMPORARY_PREFIX}{os.getpid()}-other.txt"
+    dead.write_text("x")
+    live.write_text("x")
+    remove_stale_temporaries(tmp_path)
+    assert not dead.exists() and live.exists()
+
+
+def test_cli_exit_status_user_errors_2_internal_errors_1(tmp_path, monkeypatch, capsys):
+    assert cli.main(["translate", "--run-dir", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+    def broken(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(cli, "_presets", broken)
+    assert cli.main(["presets"]) == 1
+    assert "internal error: ZeroDivisionError: a bug (run again with --debug" in \
+        capsys.readouterr().err
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["presets", "--debug"])
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "exit status: 0 done; 2 a user error" in capsys.readouterr().out
