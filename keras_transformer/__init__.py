@@ -46,7 +46,7 @@ MOVED_MODULES = {
     "loss": "training.loss", "metrics": "training.metrics", "schedule": "training.schedule",
     "optimizer": "training.optimizer", "config": "runs.config", "checkpoints": "runs.run",
     "search": "decoding.search", "beam_search": "decoding.beam_search",
-    "translate": "decoding.translate", "evaluation": "evaluation.bleu",
+    "translate": "decoding.translate",
     "attention_maps": "evaluation.attention_maps", "parsing": "tasks.parsing",
     "evalb": "tasks.evalb", "main_job": "tasks.main_job",
 }

@@ -45,6 +45,8 @@ class SubwordTokenizer(tf.Module):
     caches; a graph-owned one does not.
     """
 
+    FILENAME = "spm.model"  # what the model file is called wherever it is kept
+
     def __init__(self, model_proto, name=None):
         import sentencepiece as spm
 

@@ -26,3 +26,60 @@ def shared_data():
             pytest.fail(message + " (CI=true: data-dependent tests must run)")
         pytest.skip(message)
     return SHARED_DATA
+
+
+# A preset that exists only while the tests run, so that tests can change it after training.
+RUNTIME_PRESET = "test-runtime-tiny"
+
+
+@pytest.fixture(scope="session")
+def runtime_preset():
+    from keras_transformer.models import presets
+
+    presets.PRESETS[RUNTIME_PRESET] = presets._variant(
+        "tiny, registered by the tests", model=dict(num_layers=2, d_model=32, num_heads=4,
+                                                    d_ff=64),
+        training=dict(warmup_steps=50, train_steps=20))
+    yield RUNTIME_PRESET
+    presets.PRESETS.pop(RUNTIME_PRESET, None)
+
+
+@pytest.fixture(scope="session")
+def toy_corpus(tmp_path_factory):
+    from tests.training_helpers import write_corpus
+
+    return write_corpus(tmp_path_factory.mktemp("toy-corpus"))
+
+
+def toy_config(corpus, output_dir, **overrides):
+    """The config of a tiny run on the toy corpus (checkpoints every 10 steps)."""
+    from keras_transformer.runs import make_config
+
+    settings = dict(
+        preset=RUNTIME_PRESET, dataset="text", train_src=str(corpus["train.src"]),
+        train_tgt=str(corpus["train.tgt"]), dev_src=str(corpus["dev.src"]),
+        dev_tgt=str(corpus["dev.tgt"]), vocab_size=400, tokens_per_batch=256, max_length=32,
+        warmup_steps=50, train_steps=20, checkpoint_steps=10, eval_steps=10, verbose=0,
+        output_dir=str(output_dir))
+    return make_config(**{**settings, **overrides})
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory, toy_corpus, runtime_preset):
+    """A run of the runtime preset trained in this process to step 20 (checkpoints at 10 and
+    20). Tests that change it work on a copy (`run_copy`)."""
+    from keras_transformer.training import train
+
+    run_dir = tmp_path_factory.mktemp("tiny-run") / "run"
+    train(toy_config(toy_corpus, run_dir))
+    return run_dir
+
+
+@pytest.fixture
+def run_copy(tiny_run, tmp_path):
+    """A private copy of `tiny_run` (to damage, move or train further)."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(tiny_run, copy)
+    return copy

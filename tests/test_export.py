@@ -119,6 +119,7 @@ def in_process(run_dir, test_set):
     return translator
 
 
+@pytest.mark.slow
 def test_saved_model_in_a_fresh_process_matches_in_process_beam_search(
         saved_model, in_process, test_set, tmp_path):
     sources, _ = test_set
@@ -146,6 +147,7 @@ def test_saved_model_in_a_fresh_process_matches_in_process_beam_search(
     assert served["default"] == expected[:3]
 
 
+@pytest.mark.slow
 def test_translate_ids_uses_core_tensorflow_ops_only(saved_model):
     ids_ops = export.signature_op_types(saved_model, "translate_ids")
     serve_ops = export.signature_op_types(saved_model, "serving_default")
@@ -158,6 +160,7 @@ def test_translate_ids_uses_core_tensorflow_ops_only(saved_model):
     assert check == {"missing": [], "no_cpu_kernel": []}
 
 
+@pytest.mark.slow
 def test_ids_only_saved_model_loads_without_tensorflow_text(run_dir, tmp_path):
     path = export.export_run(run_dir, output_dir=tmp_path, name="ids", ids_only=True)
     script = textwrap.dedent("""
@@ -173,6 +176,7 @@ def test_ids_only_saved_model_loads_without_tensorflow_text(run_dir, tmp_path):
     assert result.stdout.strip().endswith("2]]")
 
 
+@pytest.mark.slow
 def test_saved_model_cli_show_and_run(saved_model):
     result = _python("-m", "keras_transformer.cli", "saved-model-cli", "show", "--dir",
                      str(saved_model), "--all")
@@ -188,6 +192,7 @@ def test_saved_model_cli_show_and_run(saved_model):
     assert "Result for output key translations" in result.stdout
 
 
+@pytest.mark.slow
 def test_tflite_matches_the_saved_model(run_dir, saved_model, test_set, tmp_path):
     import tensorflow as tf
 
@@ -217,6 +222,7 @@ def test_tflite_matches_the_saved_model(run_dir, saved_model, test_set, tmp_path
     assert abs(bleu(outputs["float16"]) - bleu(expected)) <= 1.0
 
 
+@pytest.mark.slow
 def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(run_dir, tmp_path):
     base = tmp_path / "models"
     first = export.export_run(run_dir, output_dir=base, name="m", version=3)
@@ -245,15 +251,6 @@ def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(run_dir, 
     assert path.name == "4" and not list((base / "m").glob(TEMPORARY_PREFIX + "*"))
 
 
-def test_bad_options_are_named(run_dir, tmp_path):
-    with pytest.raises(export.ExportError, match="quantization applies to the tflite format"):
-        export.export_run(run_dir, quantize="dynamic", output_dir=tmp_path)
-    with pytest.raises(export.ExportError, match="name='a/b'"):
-        export.export_run(run_dir, output_dir=tmp_path, name="a/b")
-    with pytest.raises(RunError, match="finished training run"):
-        export.export_run(tmp_path, output_dir=tmp_path)
-
-
 def _strip(ids):
     """Ids up to and including the first EOS."""
     ids = list(np.asarray(ids).tolist())
@@ -266,3 +263,32 @@ def _run_tflite(path, rows):
     interpreter = tf.lite.Interpreter(model_path=str(path))
     runner = interpreter.get_signature_runner()
     return [runner(source_ids=np.array([row], np.int32))["ids"][0] for row in rows]
+
+
+def test_prepare_ids_truncates_long_rows_and_flags_empty_ones():
+    import tensorflow as tf
+
+    from keras_transformer.export.graph import normalize_text, prepare_ids
+
+    ids, empty = prepare_ids([[5, 6, 7, 8, 2], [2, 0, 0, 0, 0], [9, 2, 0, 0, 0]], 3)
+    assert ids.numpy().tolist() == [[5, 6, 2], [2, 0, 0], [9, 2, 0]]  # EOS kept last
+    assert empty.numpy().tolist() == [False, True, False]
+    ids, empty = prepare_ids(tf.zeros([0, 0], tf.int32), 3)
+    assert ids.shape == (0, 1) and empty.shape == (0,)
+    texts = normalize_text(tf.constant(["  a   dog  runs ", "cat"])).numpy().tolist()
+    assert texts == [b"a dog runs", b"cat"]
+
+
+def test_export_options_are_checked_before_anything_is_loaded(tmp_path):
+    with pytest.raises(export.ExportError, match="format='onnx' must be one of"):
+        export.export_run(tmp_path, format="onnx", output_dir=tmp_path)
+    with pytest.raises(export.ExportError, match="quantization applies to the tflite format"):
+        export.export_run(tmp_path, quantize="dynamic", output_dir=tmp_path)
+    with pytest.raises(export.ExportError, match="beam_size=0 must be at least 1"):
+        export.export_run(tmp_path, format="tflite", beam_size=0, output_dir=tmp_path)
+    with pytest.raises(export.ExportError, match="name='a/b'"):
+        export.export_run(tmp_path, output_dir=tmp_path, name="a/b")
+    with pytest.raises(RunError, match="finished training run"):
+        export.export_run(tmp_path, output_dir=tmp_path)
+    assert export.tflite_filename(1, "none") == "translator-greedy-float32.tflite"
+    assert export.tflite_filename(4, "dynamic") == "translator-beam4-dynamic.tflite"

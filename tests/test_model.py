@@ -50,7 +50,8 @@ def test_padding_leaves_real_positions_unchanged():
     np.testing.assert_allclose(np.asarray(model((mixed_src, tgt)))[:1], alone, atol=1e-5)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"norm_first": True}, {"key_dim": 3, "value_dim": 5}])
+@pytest.mark.parametrize("overrides", [{}, pytest.param({"norm_first": True}, marks=pytest.mark.slow),
+                                       {"key_dim": 3, "value_dim": 5}])
 def test_cached_decoding_reproduces_full_forward_pass(overrides):
     model = tiny(**overrides)
     src = ids((3, 7))
@@ -109,6 +110,7 @@ def test_invalid_model_configurations(build, message):
         build()
 
 
+@pytest.mark.slow
 def test_tiny_model_overfits_a_few_pairs_with_fit():
     # Five "translations": the target is the source reversed, shifted into another id range.
     rng = np.random.default_rng(3)

@@ -9,6 +9,9 @@ from pipelines.tokenizer import SubwordTokenizer
 from pipelines.treebank import read_trees, words
 
 
+pytestmark = pytest.mark.slow  # trains a parser in a subprocess
+
+
 @pytest.fixture(scope="module")
 def parse_run(tmp_path_factory, shared_data):
     run_dir = tmp_path_factory.mktemp("parse") / "run"

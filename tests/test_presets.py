@@ -1,9 +1,6 @@
-import subprocess
-import sys
-
 import pytest
 
-from keras_transformer import PRESETS, Transformer, get_preset
+from keras_transformer import PRESETS, Transformer, cli, get_preset
 
 VOCAB = 37000
 _counts = {}
@@ -17,6 +14,7 @@ def params(name):
     return _counts[name] / 1e6
 
 
+@pytest.mark.slow  # builds 63M and 214M models
 def test_base_and_big_match_the_paper():
     assert 60 <= params("base") <= 66  # paper: 65M
     assert 205 <= params("big") <= 216  # paper: 213M
@@ -29,6 +27,7 @@ TABLE3 = {
 }
 
 
+@pytest.mark.slow  # builds a 63-214M model per variant
 @pytest.mark.parametrize("name", sorted(TABLE3))
 def test_table3_variants_move_like_the_paper(name):
     paper_change = TABLE3[name] - 65
@@ -39,6 +38,7 @@ def test_table3_variants_move_like_the_paper(name):
 
 # Row (A) keeps d_k * h = d_model, so the size must not move. (Rows D, dropout and label
 # smoothing, cannot change a parameter count: no test for them.)
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["base-a-h1", "base-a-h4", "base-a-h16", "base-a-h32"])
 def test_variants_with_unchanged_size(name):
     assert params(name) == pytest.approx(params("base"))
@@ -55,19 +55,11 @@ def test_table3_settings_are_configuration():
     assert PRESETS["base"]["model"]["d_model"] == 512
 
 
-def test_params_command_prints_the_count_last():
-    result = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", "params", "--preset", "base",
-         "--vocab-size", str(VOCAB)],
-        capture_output=True, text=True, check=True,
-    )
-    assert int(result.stdout.strip().splitlines()[-1]) == round(params("base") * 1e6)
+def test_params_command_prints_the_count_last(capsys):
+    assert cli.main(["params", "--preset", "base", "--vocab-size", str(VOCAB)]) == 0
+    assert int(capsys.readouterr().out.strip().splitlines()[-1]) == round(params("base") * 1e6)
 
 
-def test_params_command_rejects_unknown_preset():
-    result = subprocess.run(
-        [sys.executable, "-m", "keras_transformer.cli", "params", "--preset", "huge"],
-        capture_output=True, text=True,
-    )
-    assert result.returncode == 2
-    assert "Unknown preset 'huge'" in result.stderr
+def test_params_command_rejects_unknown_preset(capsys):
+    assert cli.main(["params", "--preset", "huge"]) == 2
+    assert "Unknown preset 'huge'" in capsys.readouterr().err

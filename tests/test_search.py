@@ -54,7 +54,7 @@ def test_beam_size_1_equals_greedy(model):
     np.testing.assert_allclose(beam["log_probs"][:, 0], greedy_scores, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("beam_size", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_cached_and_uncached_decoding_agree(model, beam_size):
     src = sources(seed=1)
     if beam_size == 1:
@@ -69,6 +69,7 @@ def test_cached_and_uncached_decoding_agree(model, beam_size):
     np.testing.assert_allclose(cached["scores"], uncached["scores"], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_batch_decodes_like_its_sentences_one_by_one(model):
     src = sources(seed=2, rows=4, width=9)
     search = compiled_beam_search(model, 4)
@@ -81,6 +82,7 @@ def test_a_batch_decodes_like_its_sentences_one_by_one(model):
         np.testing.assert_allclose(single["scores"][0], batch["scores"][row], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_search_traces_once_for_many_batch_shapes(model):
     beam = compiled_beam_search(model, 4)
     greedy = compiled_greedy_search(model)
@@ -150,6 +152,7 @@ def test_early_termination_stops_when_no_alive_hypothesis_can_win():
         TABLE = saved
 
 
+@pytest.mark.slow
 def test_outputs_stop_at_input_length_plus_50(model):
     src = sources(seed=3, rows=2, width=4)
     step_fn, state, limits, steps = model_step(model, src, beam_size=2)

@@ -40,6 +40,7 @@ def test_invalid_config_keys_and_values_are_named(tmp_path):
     assert (config.preset, config.train_steps, config.xla) == ("tiny", 9, True)
 
 
+@pytest.mark.slow
 def test_cli_rejects_bad_config_with_exit_code_2(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("warmup: 10\n")
@@ -48,6 +49,7 @@ def test_cli_rejects_bad_config_with_exit_code_2(tmp_path):
     assert "unknown config key(s) 'warmup'" in result.stderr
 
 
+@pytest.mark.slow
 def test_nan_loss_stops_training_with_a_clear_message():
     model = Transformer.from_preset("tiny", vocab_size=20)
     model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_mean(p) * np.nan)
@@ -81,6 +83,7 @@ def build_model(config, vocab_size):
     return model
 
 
+@pytest.mark.slow
 def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path):
     config = make_config(preset="tiny").resolved()
     model = build_model(config, 40)
@@ -104,10 +107,11 @@ def latest_step(run_dir):
     return int(path.rsplit("-", 1)[1]) if path else 0
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     run_dir = tmp_path / "run"
-    command = train_command(corpus, run_dir, "--train-steps", "120", "--checkpoint-steps", "10",
+    command = train_command(corpus, run_dir, "--train-steps", "60", "--checkpoint-steps", "10",
                             "--eval-steps", "30")
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -116,15 +120,15 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     process.send_signal(signal.SIGKILL)
     process.wait()
     killed_at = latest_step(run_dir)
-    assert 20 <= killed_at < 120
+    assert 20 <= killed_at < 60
 
     result = run(command)
     assert result.returncode == 0, result.stderr[-2000:]
     resumed = re.search(r"resumed from .*ckpt-(\d+) at step (\d+)", result.stdout)
     assert resumed and int(resumed.group(1)) == int(resumed.group(2)) == killed_at
     assert f"skipping {killed_at} batches" in result.stdout
-    assert re.search(rf"training done: step {killed_at} -> 120 ", result.stdout)
-    assert latest_step(run_dir) == 120
+    assert re.search(rf"training done: step {killed_at} -> 60 ", result.stdout)
+    assert latest_step(run_dir) == 60
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""
@@ -192,6 +196,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_mirrored_strategy_matches_a_single_device(tmp_path):
     script = tmp_path / "mirrored.py"
     script.write_text(MIRRORED_SCRIPT)
@@ -209,6 +214,7 @@ def free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
     corpus = write_corpus(tmp_path / "corpus")
     run_dir = tmp_path / "run"
@@ -235,10 +241,11 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
     assert any(not np.array_equal(first.get_tensor(n), chief.get_tensor(n)) for n in names)
 
 
-@pytest.mark.parametrize("options", [["--grad-accum-steps", "2"],
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [["--grad-accum-steps", "2", "--bleu-steps", "3",
+                                      "--bleu-sentences", "10"],
                                      ["--precision", "mixed_bfloat16"],
-                                     ["--precision", "mixed_float16"],
-                                     ["--bleu-steps", "3", "--bleu-sentences", "10"]])
+                                     ["--precision", "mixed_float16"]])
 def test_training_options_reach_the_requested_steps(tmp_path, options):
     corpus = write_corpus(tmp_path / "corpus")
     result = run(train_command(corpus, tmp_path / "run", "--train-steps", "6", "--eval-steps",

@@ -66,7 +66,9 @@ def test_scores_report_sacrebleu_signature_chrf_and_tokenized_bleu():
         score(["a", "b"], ["a"])
 
 
+@pytest.mark.slow
 def test_translate_command_reports_a_missing_run(tmp_path):
+    # The installed command in a fresh process (the in-process error rule: tests/runs).
     result = subprocess.run(
         [sys.executable, "-m", "keras_transformer.cli", "translate", "--run-dir",
          str(tmp_path / "nothing")], capture_output=True, text=True, input="a dog\n")

@@ -153,7 +153,7 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         tf.saved_model.save(module, str(temporary), signatures=module.signatures())
         if not ids_only:
             # The sentencepiece model, for clients that tokenize themselves (translate_ids).
-            write_bytes(temporary / "assets.extra" / "spm.model", tokenizer.model_proto)
+            write_bytes(temporary / "assets.extra" / tokenizer.FILENAME, tokenizer.model_proto)
     log.info("SavedModel written to %s in %.1f s", target, time.time() - start)
     return target
 

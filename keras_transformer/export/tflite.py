@@ -97,7 +97,7 @@ def export_tflite(model, tokenizer, output_dir, quantize="none", beam_size=TRANS
         raise ExportError(f"{target} already exists; allow overwriting to replace it.")
     start = time.time()
     data = convert_tflite(model, quantize, beam_size, alpha, max_input_length)
-    write_bytes(output_dir / "spm.model", tokenizer.model_proto)
+    write_bytes(output_dir / tokenizer.FILENAME, tokenizer.model_proto)
     write_bytes(target, data)
     log.info("TFLite model written to %s (%.1f MB) in %.1f s", target, len(data) / 1e6,
              time.time() - start)

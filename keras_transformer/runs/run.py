@@ -275,7 +275,7 @@ class Run:
 
     @property
     def tokenizer_path(self):
-        return self.directory / self.VOCABULARY / "spm.model"
+        return self.directory / self.VOCABULARY / SubwordTokenizer.FILENAME
 
     def worker_checkpoint_dir(self, task_id):
         """Where a non-chief MultiWorkerMirroredStrategy worker saves (collectives need every

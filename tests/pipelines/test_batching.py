@@ -24,7 +24,7 @@ def as_dataset(pairs):
     )
 
 
-@pytest.mark.parametrize("pad_to_bucket", [False, True])
+@pytest.mark.parametrize("pad_to_bucket", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_every_batch_fits_the_budget_on_both_sides(pad_to_bucket):
     budget, max_length = 600, 100
     pairs = random_pairs()
@@ -96,6 +96,7 @@ def test_make_dataset_shifts_targets_and_is_seeded():
     assert not all(np.array_equal(a[1], b[1]) for a, b in zip(first, other))
 
 
+@pytest.mark.slow
 def test_multi30k_train_meets_the_batching_targets(shared_data, tmp_path):
     from pipelines import sources
     from pipelines.tokenizer import train_tokenizer

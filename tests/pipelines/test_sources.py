@@ -65,6 +65,7 @@ def test_empty_lines_are_skipped_and_counted(tmp_path, caplog):
     assert "skipping 3 pairs with an empty side" in caplog.text
 
 
+@pytest.mark.slow
 def test_multi30k_builder_reads_the_local_files(tmp_path, shared_data):
     expected = {"train": 29000, "val": 1014, "test2016": 1000}
     for split, count in expected.items():
@@ -100,3 +101,8 @@ def test_real_newstest_files_through_the_text_source(shared_data):
     assert stats.pairs + stats.empty_skipped == 3000
     assert sum(1 for _ in dataset) == stats.pairs
     assert isinstance(next(iter(dataset))[0], tf.Tensor)
+
+
+def test_multi30k_names_an_unknown_language():
+    with pytest.raises(DataError, match="Multi30k has no language 'xx'"):
+        sources.multi30k("train", "en", "xx")

@@ -37,7 +37,7 @@ def test_malformed_text_is_named():
         read_trees("(S (NN a)))")
 
 
-@pytest.mark.parametrize("with_words", [True, False])
+@pytest.mark.parametrize("with_words", [pytest.param(True, marks=pytest.mark.slow), False])
 def test_round_trip_over_every_sample_tree(shared_data, with_words):
     splits = sample_splits(shared_data / "ptb-sample" / "treebank-combined.tar.gz")
     counts = {name: len(trees) for name, trees in splits.items()}

@@ -10,77 +10,32 @@ import shutil
 import pytest
 
 from keras_transformer import cli
-from keras_transformer.decoding.translate import Translator
 from keras_transformer.errors import ConfigError, RunError
 from keras_transformer.models import presets
-from keras_transformer.runs import Run, make_config
+from keras_transformer.runs import Run
 from keras_transformer.runs.run import (FORMAT_VERSION, TEMPORARY_PREFIX, atomic_path,
                                         remove_stale_temporaries, write_text)
 from keras_transformer.training import train
-from tests.training_helpers import write_corpus
+from tests.conftest import RUNTIME_PRESET, toy_config
 
-# A preset that exists only while these tests run, so that they can change it afterwards.
-RUNTIME_PRESET = "test-runtime-tiny"
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    return write_corpus(tmp_path_factory.mktemp("corpus"))
-
-
-def config_for(corpus, output_dir, **overrides):
-    settings = dict(
-        preset=RUNTIME_PRESET, dataset="text", train_src=str(corpus["train.src"]),
-        train_tgt=str(corpus["train.tgt"]), dev_src=str(corpus["dev.src"]),
-        dev_tgt=str(corpus["dev.tgt"]), vocab_size=400, tokens_per_batch=256, max_length=32,
-        warmup_steps=50, train_steps=20, checkpoint_steps=10, eval_steps=10, verbose=0,
-        output_dir=str(output_dir))
-    return make_config(**{**settings, **overrides})
-
-
-@pytest.fixture(scope="module")
-def runtime_preset():
-    presets.PRESETS[RUNTIME_PRESET] = presets._variant(
-        "tiny, registered by the tests", model=dict(num_layers=2, d_model=32, num_heads=4,
-                                                    d_ff=64),
-        training=dict(warmup_steps=50, train_steps=20))
-    yield RUNTIME_PRESET
-    presets.PRESETS.pop(RUNTIME_PRESET, None)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory, corpus, runtime_preset):
-    """A run of the runtime preset trained to step 20, checkpoints at 10 and 20."""
-    run_dir = tmp_path_factory.mktemp("trained") / "run"
-    train(config_for(corpus, run_dir))
-    return run_dir
-
-
-@pytest.fixture
-def run_copy(trained, tmp_path):
-    """A private copy of the trained run (each test may damage or move its own)."""
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy
-
-
-def test_config_json_is_self_contained(trained):
-    saved = json.loads((trained / "config.json").read_text())
+def test_config_json_is_self_contained(tiny_run):
+    saved = json.loads((tiny_run / "config.json").read_text())
     assert saved["format_version"] == FORMAT_VERSION
     assert saved["architecture"] == {**saved["architecture"], "num_layers": 2, "d_model": 32,
                                      "num_heads": 4, "d_ff": 64, "key_dim": 8, "value_dim": 8}
     assert (saved["train_steps"], saved["warmup_steps"], saved["label_smoothing"]) == (20, 50, 0.1)
-    run = Run(trained)
+    run = Run(tiny_run)
     assert run.config.architecture == saved["architecture"]
     assert [os.path.basename(p) for p in run.checkpoints()] == ["ckpt-10", "ckpt-20"]
 
 
-def test_a_changed_preset_does_not_change_the_run(run_copy, corpus, runtime_preset, capsys):
+@pytest.mark.slow
+def test_a_changed_preset_does_not_change_the_run(run_copy, toy_corpus, runtime_preset, capsys):
     presets.PRESETS[RUNTIME_PRESET]["model"].update(d_model=48, num_heads=2)
     try:
         # evaluate
         assert cli.main(["evaluate", "--run-dir", str(run_copy), "--src",
-                         str(corpus["dev.src"]), "--ref", str(corpus["dev.tgt"]), "--beam",
+                         str(toy_corpus["dev.src"]), "--ref", str(toy_corpus["dev.tgt"]), "--beam",
                          "2"]) == 0
         assert '"sacrebleu"' in capsys.readouterr().out
         # average
@@ -88,31 +43,32 @@ def test_a_changed_preset_does_not_change_the_run(run_copy, corpus, runtime_pres
         averaged = Run(run_copy).load_model()
         assert averaged.d_model == 32
         # resume: the saved architecture wins over today's preset
-        summary = train(config_for(corpus, run_copy, train_steps=25))
+        summary = train(toy_config(toy_corpus, run_copy, train_steps=25))
         assert (summary["start_step"], summary["step"]) == (20, 25)
         assert Run(run_copy).load_model(prefer_averaged=False).d_model == 32
     finally:
         presets.PRESETS[RUNTIME_PRESET]["model"].update(d_model=32, num_heads=4)
 
 
-def test_a_moved_run_directory_resumes(run_copy, corpus, tmp_path, capsys):
+@pytest.mark.slow
+def test_a_moved_run_directory_resumes(run_copy, toy_corpus, tmp_path, capsys):
     moved = tmp_path / "elsewhere" / "renamed"
     moved.parent.mkdir()
     shutil.move(run_copy, moved)
-    summary = train(config_for(corpus, moved, train_steps=25))
+    summary = train(toy_config(toy_corpus, moved, train_steps=25))
     out = capsys.readouterr().out
     assert re.search(r"resumed from .*renamed/checkpoints/ckpt-20 at step 20", out), out
     assert (summary["start_step"], summary["step"]) == (20, 25)
     assert Run(moved).config.output_dir == str(moved)
 
 
-def test_resume_refuses_a_different_architecture_by_name(run_copy, corpus):
+def test_resume_refuses_a_different_architecture_by_name(run_copy, toy_corpus):
     with pytest.raises(ConfigError, match=r"d_model: 32 -> 64.*train_steps"):
-        train(config_for(corpus, run_copy, d_model=64))
+        train(toy_config(toy_corpus, run_copy, d_model=64))
     with pytest.raises(ConfigError, match=r"vocab_size: 400 -> 500"):
-        train(config_for(corpus, run_copy, vocab_size=500))
+        train(toy_config(toy_corpus, run_copy, vocab_size=500))
     # Keys equal to the saved architecture, and the resumable keys, may be given.
-    config = Run(run_copy).config_for(config_for(corpus, run_copy, d_model=32, num_layers=2,
+    config = Run(run_copy).config_for(toy_config(toy_corpus, run_copy, d_model=32, num_layers=2,
                                                  train_steps=40, eval_steps=7))
     assert (config.train_steps, config.eval_steps, config.architecture["d_model"]) == (40, 7, 32)
 
@@ -126,8 +82,9 @@ def truncate_newest_checkpoint(run_dir):
     return data[0]
 
 
+@pytest.mark.slow
 def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_is_used(
-        run_copy, corpus, caplog, capsys):
+        run_copy, toy_corpus, caplog, capsys):
     truncate_newest_checkpoint(run_copy)
     with caplog.at_level(logging.WARNING):
         assert cli.main(["average", "--run-dir", str(run_copy), "--last", "2"]) == 0
@@ -137,7 +94,7 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_is_used(
 
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        summary = train(config_for(corpus, run_copy, train_steps=30))
+        summary = train(toy_config(toy_corpus, run_copy, train_steps=30))
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
                 and "damaged" in r.getMessage()]
     assert len(warnings) == 1 and "ckpt-20" in warnings[0], warnings
@@ -154,8 +111,7 @@ def test_a_format_1_run_still_loads(run_copy):
     run = Run(run_copy)
     assert run.config.architecture["d_model"] == 32  # from today's preset, all it recorded
     assert run.load_model().d_model == 32
-    translator = Translator.from_run(run_copy, beam_size=1)
-    assert isinstance(translator.translate(["dog runs"])[0], str)
+    assert run.build_model().count_params() == run.load_model().count_params()
 
 
 def test_not_a_run_and_damaged_files_are_named(tmp_path, run_copy):
