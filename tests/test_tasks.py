@@ -4,12 +4,15 @@ from keras_transformer.decoding.translate import Translator
 from keras_transformer.runs import Run
 from keras_transformer.tasks import main_job
 from keras_transformer.tasks.parsing import Parser
+from pipelines import datasets
 from pipelines.treebank import words
 
 
 def test_main_job_chooses_among_final_and_averaged_weights_on_val(run_copy, capsys):
     run = Run(run_copy)  # two checkpoints: only the final weights are a candidate
-    model, label, scores = main_job._choose_weights(run)
+    sources, references = datasets.pair_texts(
+        datasets.load_pairs("text", "dev", **run.config.data_arguments())[0])
+    model, label, scores = main_job._choose_weights(run, sources, references)
     assert label == "final weights" and list(scores) == ["final weights"]
     assert model.count_params() == run.load_model(prefer_averaged=False).count_params()
     assert "val (first 40 sentences, greedy): final weights: sacreBLEU" in \

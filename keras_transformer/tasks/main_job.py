@@ -36,15 +36,13 @@ EXAMPLES = ["A little girl climbs into a wooden playhouse.",
             "A dog is running through the snow."]
 
 
-def _choose_weights(run):
+def _choose_weights(run, sources, references):
     """Final weights or an average of the last k checkpoints, whichever has the best greedy
-    sacreBLEU on the first VAL_SENTENCES val sentences. Returns (model, label, val scores)."""
+    sacreBLEU on the given val sentences. Returns (model, label, val scores)."""
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
 
     config, tokenizer = run.config, run.tokenizer()
-    sources, references = datasets.split_texts(config.dataset, "dev", limit=VAL_SENTENCES,
-                                               **config.data_arguments())
     available = len(run.checkpoints())
     results, best = {}, None
     for k in AVERAGE_CANDIDATES:
@@ -109,7 +107,11 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
 
     print("== 2/5 choosing the weights on val (final, or the average of the last k "
           "checkpoints)", flush=True)
-    model, chosen, val_scores = _choose_weights(run)
+    texts = {split: datasets.split_texts(config.dataset, split, **config.data_arguments())
+             for split in ("dev", "test")}  # each split read once
+    dev_sources, dev_references = texts["dev"]
+    model, chosen, val_scores = _choose_weights(run, dev_sources[:VAL_SENTENCES],
+                                                dev_references[:VAL_SENTENCES])
     averaged = run.save_model(model, averaged=True)
     summary["weights"] = chosen
     summary["val_greedy_sacrebleu"] = val_scores
@@ -121,8 +123,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     # The quick job decodes test2016 only (val was used, greedy, to choose the weights).
     splits = (("dev", "val"), ("test", "test2016")) if full else (("test", "test2016"),)
     for split, key in splits:
-        sources, references = datasets.split_texts(config.dataset, split,
-                                                   **config.data_arguments())
+        sources, references = texts[split]
         with tqdm(total=len(sources), unit=" sentences", desc=f"{key} beam {beam}",
                   file=sys.stderr) as bar:
             hypotheses = translator.translate(sources, progress=bar)
