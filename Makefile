@@ -21,8 +21,12 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(BIN)/keras-transformer demo
 
+# The full suite on two pytest workers (each test file stays on one worker, so its fixtures
+# are built once); `make test PYTEST_WORKERS=0` runs it in one process.
+PYTEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" tests

@@ -19,7 +19,7 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    "dev": ["pytest==9.2.0", "coverage==7.13.5"],
+    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5"],
 }
 
 setup(
