@@ -28,9 +28,6 @@ from pipelines.special_ids import EOS_ID, PAD_ID
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BEAM_SIZE = TRANSLATION.beam_size
-DEFAULT_ALPHA = TRANSLATION.alpha
-
 
 class IdsTranslatorModule(tf.Module):
     """A SavedModel with the `translate_ids` signature only (no tensorflow-text ops).
@@ -60,8 +57,8 @@ class IdsTranslatorModule(tf.Module):
         tf.TensorSpec([], tf.int32, name="beam_size"),
         tf.TensorSpec([], tf.float32, name="alpha"),
     ])
-    def translate_ids(self, source_ids, beam_size=tf.constant(DEFAULT_BEAM_SIZE),
-                      alpha=tf.constant(DEFAULT_ALPHA)):
+    def translate_ids(self, source_ids, beam_size=tf.constant(TRANSLATION.beam_size),
+                      alpha=tf.constant(TRANSLATION.alpha)):
         ids, scores = search_ids(self.model, source_ids, beam_size, alpha, self.max_input_length)
         return {"ids": ids, "scores": scores}
 
@@ -98,8 +95,8 @@ class TranslatorModule(IdsTranslatorModule):
         tf.TensorSpec([], tf.int32, name="beam_size"),
         tf.TensorSpec([], tf.float32, name="alpha"),
     ])
-    def serve(self, sentences, beam_size=tf.constant(DEFAULT_BEAM_SIZE),
-              alpha=tf.constant(DEFAULT_ALPHA)):
+    def serve(self, sentences, beam_size=tf.constant(TRANSLATION.beam_size),
+              alpha=tf.constant(TRANSLATION.alpha)):
         tokens = self.tokenizer.tokenize(normalize_text(sentences))
         tokens = tokens[:, : self.max_input_length - 1]
         eos = tf.fill([tokens.nrows(), 1], EOS_ID)

@@ -30,6 +30,7 @@ import logging
 import os
 import pathlib
 import shutil
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -227,11 +228,6 @@ def _first_line(error):
     return (str(error).splitlines() or [""])[0][:200]
 
 
-def checkpoint_step(path):
-    """The step in a checkpoint's name (ckpt-STEP)."""
-    return int(str(path).rsplit("-", 1)[1])
-
-
 # -- the run ----------------------------------------------------------------------------------
 
 
@@ -386,8 +382,6 @@ class Run:
 
     def wait_for_tokenizer(self, seconds=600, poll=2.0):
         """For non-chief workers: waits until the chief has written the vocabulary."""
-        import time
-
         deadline = time.time() + seconds
         while not self.tokenizer_path.is_file():
             if time.time() > deadline:
