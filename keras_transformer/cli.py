@@ -68,6 +68,11 @@ CONFIG_HELP = {
     "source_dir": "Multi30k raw files (default ../shared/data/multi30k, else download); "
                   "for ptb the folder of treebank-combined.tar.gz (../shared/data/ptb-sample)",
     "vocab_size": "shared subword vocabulary size",
+    "data_cache": "folder of prepared (tokenized, sharded) training data, shared by runs on the "
+                  "same corpus (default $KERAS_TRANSFORMER_DATA_CACHE, else "
+                  "~/.cache/keras-transformer/data)",
+    "shard_pairs": "source pairs per prepared shard (MultiWorker training needs at least one "
+                   "shard per worker)",
     "tokens_per_batch": "token budget per side and per replica (paper: 25000)",
     "max_length": "drop pairs longer than this many tokens",
     "pad_to_bucket": "pad batches to bucket boundaries (static shapes for XLA)",
@@ -93,7 +98,7 @@ CONFIG_HELP = {
 }
 
 
-def _add_config_flags(parser):
+def _add_config_flags(parser, keys=None):
     import dataclasses
     import typing
 
@@ -102,6 +107,8 @@ def _add_config_flags(parser):
     hints = typing.get_type_hints(TrainConfig)
     for field in dataclasses.fields(TrainConfig):
         if field.name not in CONFIG_HELP:  # set by the program (the resolved architecture)
+            continue
+        if keys is not None and field.name not in keys:
             continue
         flag = "--" + field.name.replace("_", "-")
         kind = hints[field.name]
@@ -126,6 +133,28 @@ def _train(args):
     names = [f.name for f in dataclasses.fields(TrainConfig) if f.name in CONFIG_HELP]
     config = make_config(args.config, **{name: getattr(args, name) for name in names})
     train(config)
+
+
+PREPARE_KEYS = ("dataset", "src_lang", "tgt_lang", "train_src", "train_tgt", "data_dir",
+                "source_dir", "vocab_size", "max_length", "seed", "data_cache", "shard_pairs",
+                "verbose")
+
+
+def _prepare(args):
+    from keras_transformer.runs.config import make_config
+    from pipelines import datasets, prepared
+
+    config = make_config(args.config, **{key: getattr(args, key) for key in PREPARE_KEYS})
+    data = datasets.prepare_training_data(
+        config.dataset, config.src_lang, config.tgt_lang, cache_dir=config.data_cache,
+        vocab_size=config.vocab_size, seed=config.seed, max_length=config.max_length,
+        shard_pairs=config.shard_pairs, progress=config.verbose > 0,
+        data_dir=config.data_dir, source_dir=config.source_dir,
+        text_files=config.data_arguments()["text_files"])
+    if args.check:
+        data.check()
+    print(prepared.describe(data))
+    print(data.directory)
 
 
 def _average(args):
@@ -398,6 +427,22 @@ def build_parser():
                        "flags override it")
     _add_config_flags(train)
     train.set_defaults(run=_train)
+
+    prepare = commands.add_parser(
+        "prepare",
+        help="tokenize a training corpus once into the data cache (train does it when needed)",
+        description="Reads a dataset's training pairs, trains the shared vocabulary on a "
+        "bounded sample, tokenizes on every core and writes shards of integer ids with the "
+        "corpus statistics into the data cache, where every run on the same corpus, vocabulary "
+        "settings and max_length finds them. A killed prepare, started again, keeps its "
+        "finished shards. Prints a summary and, last, the prepared folder.",
+    )
+    prepare.add_argument("--config", help="YAML or JSON file with any of the keys below "
+                         "(a training config works: other keys are ignored)")
+    prepare.add_argument("--check", action="store_true",
+                         help="verify every shard's checksum after preparing or finding it")
+    _add_config_flags(prepare, PREPARE_KEYS)
+    prepare.set_defaults(run=_prepare)
 
     average = commands.add_parser(
         "average",

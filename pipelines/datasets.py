@@ -15,6 +15,7 @@ Datasets:
 - "ptb": constituency parsing on the Penn Treebank sample (sentence -> linearized tree).
 """
 
+import hashlib
 import pathlib
 
 import tensorflow as tf
@@ -95,3 +96,106 @@ def split_texts(dataset, split, src_lang="en", tgt_lang="de", limit=None, **wher
         raise DataError(f"The {dataset} dataset has no {split} set here: give source and "
                         "reference files for it.")
     return pair_texts(pairs, limit)
+
+
+def _train_files(dataset, src_lang, tgt_lang, source_dir, text_files):
+    """The local files a dataset's training pairs come from ([] for tfds downloads)."""
+    _check(dataset, "train")
+    if dataset == "multi30k":
+        source_dir = source_dir or sources.default_multi30k_dir()
+        return [pathlib.Path(source_dir) / f"train.{lang}.gz" for lang in (src_lang, tgt_lang)] \
+            if source_dir else []
+    if dataset == "ptb":
+        return [treebank.default_ptb_archive(source_dir)]
+    if dataset == "text":
+        return [f for f in (text_files or {}).get("train", ()) if f]
+    return []
+
+
+def _size(dataset, src_lang, tgt_lang, data_dir):
+    """The number of training pairs when tfds knows it (for a progress bar), else None."""
+    if dataset != "wmt14":
+        return None
+    try:
+        import tensorflow_datasets as tfds
+
+        other = ({src_lang, tgt_lang} - {"en"}).pop()
+        builder = tfds.builder(f"wmt14_translate/{other}-en", data_dir=data_dir)
+        return builder.info.splits["train"].num_examples or None
+    except Exception:  # noqa: BLE001 -- only a progress bar's total
+        return None
+
+
+def source_identity(dataset, src_lang, tgt_lang, *, data_dir=None, source_dir=None,
+                    text_files=None):
+    """What the training pairs of a dataset are read from, as JSON (a cache key's part): local
+    files by absolute path, size and modification time; tfds builders by name, version and
+    data_dir."""
+    files = _train_files(dataset, src_lang, tgt_lang, source_dir, text_files)
+    identity = {"dataset": dataset, "src_lang": src_lang, "tgt_lang": tgt_lang}
+    if files and all(pathlib.Path(f).is_file() for f in files):
+        identity["files"] = [{"path": str(pathlib.Path(f).resolve()),
+                              "bytes": pathlib.Path(f).stat().st_size,
+                              "mtime_ns": pathlib.Path(f).stat().st_mtime_ns} for f in files]
+    else:
+        identity["tfds"] = {"multi30k": "multi30k", "wmt14": "wmt14_translate"}.get(dataset)
+        identity["data_dir"] = str(pathlib.Path(data_dir).resolve()) if data_dir else None
+    return identity
+
+
+def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=None,
+                          vocab_size=8000, vocabulary=None, seed=0, max_length=256,
+                          shard_pairs=None, progress=True, **where):
+    """The prepared training data of a dataset (`pipelines.prepared`), from the cache when it
+    was prepared before with the same source, vocabulary and settings, else prepared now.
+
+    Args:
+        dataset, src_lang, tgt_lang: as for `load_pairs`; `where` too (data_dir, source_dir,
+            text_files).
+        cache_dir: the cache (default `prepared.default_cache_dir()`); the data goes into
+            `cache_dir / DATASET-SRC-TGT-KEY`.
+        vocab_size, seed: the shared vocabulary trained on a sample of the training text...
+        vocabulary: ...or this sentencepiece model (bytes) instead.
+        max_length: longer pairs (with their specials) are dropped.
+        shard_pairs: source pairs per shard (default `prepared.SHARD_PAIRS`).
+
+    Returns:
+        `prepared.PreparedData`.
+    """
+    from pipelines import prepared
+    from pipelines.tokenizer import tokenizer_settings
+
+    shard_pairs = shard_pairs or prepared.SHARD_PAIRS
+    symbols = vocabulary_symbols(dataset, where.get("source_dir"))
+    settings = tokenizer_settings(vocab_size, seed=seed, user_symbols=symbols)
+    source = source_identity(dataset, src_lang, tgt_lang, **where)
+    cache_dir = pathlib.Path(cache_dir) if cache_dir else prepared.default_cache_dir()
+
+    def folder(vocabulary_key):
+        manifest = {"source": source, "vocabulary": vocabulary_key, "max_length": max_length,
+                    "shard_pairs": shard_pairs}
+        key = prepared.cache_key(manifest)
+        return cache_dir / f"{dataset}-{src_lang}-{tgt_lang}-{key}", manifest
+
+    # Data prepared with a vocabulary trained with these settings, if that is the vocabulary
+    # asked for (a run resuming with the vocabulary it took from that data)...
+    directory, manifest = folder(settings)
+    if prepared.PreparedData.is_complete(directory):
+        data = prepared.PreparedData(directory)
+        if vocabulary is None or data.statistics["vocabulary_sha256"] == \
+                hashlib.sha256(bytes(vocabulary)).hexdigest():
+            return data
+    # ...else data prepared with the given vocabulary.
+    if vocabulary is not None:
+        directory, manifest = folder({"sha256": hashlib.sha256(bytes(vocabulary)).hexdigest()})
+        if prepared.PreparedData.is_complete(directory):
+            return prepared.PreparedData(directory)
+    train_pairs, _ = load_pairs(dataset, "train", src_lang, tgt_lang, **where)  # checks files
+    if train_pairs is None:
+        raise DataError(f"The {dataset} dataset has no training files: give them "
+                        "(train_src / train_tgt).")
+    train_settings = {key: value for key, value in settings.items() if key != "version"}
+    return prepared.prepare(directory, lambda: train_pairs, manifest=manifest,
+                            vocabulary=vocabulary, vocabulary_settings=train_settings,
+                            max_length=max_length, shard_pairs=shard_pairs, progress=progress,
+                            total_pairs=_size(dataset, src_lang, tgt_lang, where.get("data_dir")))

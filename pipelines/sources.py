@@ -167,6 +167,7 @@ def wmt14(split, src_lang="en", tgt_lang="de", data_dir=None, download=True):
             f"WMT14 pairs are en-de and en-fr (either direction); got {src_lang}-{tgt_lang}."
         )
     name = f"wmt14_translate/{other.pop()}-en"
+    # A fixed order: prepared data is cut into shards by position (training shuffles them).
     dataset = tfds.load(name, split=split, data_dir=data_dir, download=download,
-                        shuffle_files=split == "train")
+                        shuffle_files=False)
     return dataset.map(lambda ex: (ex[src_lang], ex[tgt_lang])).apply(drop_empty_pairs())

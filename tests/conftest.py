@@ -12,6 +12,13 @@ import pytest  # noqa: E402
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _data_cache(tmp_path_factory):
+    """Prepared training data goes to a folder of this test session, not ~/.cache (subprocess
+    runs inherit it)."""
+    os.environ["KERAS_TRANSFORMER_DATA_CACHE"] = str(tmp_path_factory.mktemp("data-cache"))
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     keras.utils.set_random_seed(1234)

@@ -30,7 +30,7 @@ RESUMABLE_KEYS = frozenset({
     "checkpoint_minutes", "checkpoint_steps", "keep_checkpoints",
 })
 # Where the run is, not what it is: a moved or renamed run directory is the same run.
-LOCATION_KEYS = frozenset({"output_dir"})
+LOCATION_KEYS = frozenset({"output_dir", "data_cache"})
 
 
 @dataclasses.dataclass
@@ -59,6 +59,8 @@ class TrainConfig:
     data_dir: typing.Optional[str] = None  # tfds data_dir
     source_dir: typing.Optional[str] = None  # Multi30k raw files / PTB sample (shared data)
     vocab_size: int = 8000
+    data_cache: typing.Optional[str] = None  # prepared data (default: pipelines.prepared)
+    shard_pairs: int = 100_000  # source pairs per prepared shard
     tokens_per_batch: int = 4096  # per side, per replica (paper: ~25000)
     max_length: int = MAX_LENGTH
     pad_to_bucket: bool = False
@@ -118,7 +120,7 @@ class TrainConfig:
         check(self.precision in POLICIES, "precision", f"must be one of {POLICIES}")
         check(self.strategy in STRATEGIES, "strategy", f"must be one of {STRATEGIES}")
         check(self.src_lang != self.tgt_lang, "tgt_lang", "must differ from src_lang")
-        for key in ("vocab_size", "tokens_per_batch", "max_length", "grad_accum_steps",
+        for key in ("vocab_size", "shard_pairs", "tokens_per_batch", "max_length", "grad_accum_steps",
                     "keep_checkpoints", "eval_steps", "bleu_sentences", "num_replicas"):
             check(getattr(self, key) > 0, key, "must be positive")
         for key in ("train_steps", "warmup_steps", "checkpoint_steps", "bleu_steps",

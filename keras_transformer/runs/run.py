@@ -17,19 +17,16 @@ Layout of a run directory (format version 2):
     logs/               TensorBoard logs
     *.json, hyp.*.txt   summaries and hypotheses that commands write
 
-This module also holds the project's one way of writing a file or folder: `atomic_path` (write
-under a temporary name beside the target, then rename), with `write_text`, `write_bytes`,
-`write_json` and `save_keras` on top. A reader never sees a half-written file, and a killed
-writer leaves only a hidden `.tmp-PID-NAME` that the next writer of that folder removes.
-TensorFlow's own checkpoint files and TensorBoard logs are written by TensorFlow.
+Every file is written through the project's one atomic writer, `pipelines.files.atomic_path`
+(re-exported here with `write_text`, `write_bytes`, `write_json`; `save_keras` is on top of it):
+a reader never sees a half-written file, and a killed writer leaves only a hidden
+`.tmp-PID-NAME` that the next writer of that folder removes. TensorFlow's own checkpoint files
+and TensorBoard logs are written by TensorFlow.
 """
 
-import contextlib
 import json
 import logging
-import os
 import pathlib
-import shutil
 import time
 
 import numpy as np
@@ -37,102 +34,14 @@ import tensorflow as tf
 
 from keras_transformer.errors import ConfigError, RunError
 from keras_transformer.runs.config import TrainConfig
+from pipelines.files import (  # noqa: F401  (re-exported: the one writer)
+    TEMPORARY_PREFIX, atomic_path, remove_stale_temporaries, temporary_path, write_bytes,
+    write_json, write_lines, write_text)
 from pipelines.tokenizer import SubwordTokenizer, fingerprint, tokenizer_settings, train_tokenizer
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 2  # 1: config.json held the preset's name only (no "architecture")
-TEMPORARY_PREFIX = ".tmp-"
-
-
-# -- atomic files -----------------------------------------------------------------------------
-
-
-def temporary_path(path):
-    """Where `atomic_path` writes `path` first: hidden, beside it, same suffix (Keras and
-    matplotlib choose the format by the suffix), tagged with this process's id."""
-    path = pathlib.Path(path)
-    return path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-{path.name}")
-
-
-def _remove(path):
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    elif path.exists() or path.is_symlink():
-        path.unlink(missing_ok=True)
-
-
-def remove_stale_temporaries(directory):
-    """Removes what writers that were killed left in `directory` (their process is gone)."""
-    directory = pathlib.Path(directory)
-    if not directory.is_dir():
-        return
-    for path in directory.glob(TEMPORARY_PREFIX + "*"):
-        pid = path.name[len(TEMPORARY_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and _alive(int(pid)):
-            continue
-        _remove(path)
-
-
-def _alive(pid):
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-@contextlib.contextmanager
-def atomic_path(path, replace=True):
-    """Yields a temporary path for a file or folder; renames it to `path` when the block ends
-    without an error, removes it otherwise.
-
-    Args:
-        path: the file or folder to write. Its parent folder is created.
-        replace: an existing `path` is replaced (a folder is moved aside first, then deleted);
-            False raises FileExistsError instead.
-    """
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = temporary_path(path)
-    _remove(temporary)
-    try:
-        yield temporary
-        if path.exists() and not replace:
-            raise FileExistsError(f"{path} already exists.")
-        if path.is_dir() and not path.is_symlink():
-            old = path.with_name(f"{TEMPORARY_PREFIX}{os.getpid()}-old-{path.name}")
-            os.replace(path, old)
-            os.replace(temporary, path)
-            _remove(old)
-        else:
-            os.replace(temporary, path)
-    finally:
-        _remove(temporary)
-
-
-def write_bytes(path, data):
-    with atomic_path(path) as temporary:
-        temporary.write_bytes(data)
-    return pathlib.Path(path)
-
-
-def write_text(path, text):
-    with atomic_path(path) as temporary:
-        temporary.write_text(text, encoding="utf-8")
-    return pathlib.Path(path)
-
-
-def write_lines(path, lines):
-    return write_text(path, "".join(line + "\n" for line in lines))
-
-
-def write_json(path, data):
-    return write_text(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 def save_keras(model, path):
@@ -380,6 +289,31 @@ class Run:
         self._tokenizer = tokenizer
         return tokenizer
 
+    def use_vocabulary(self, model_path, info=None):
+        """Takes the vocabulary of prepared data (`model_path`, a sentencepiece model) as the
+        run's own, unless the run has that very vocabulary already. A run keeps its
+        vocabulary: a different one is refused.
+
+        Returns:
+            the run's tokenizer.
+        """
+        data = pathlib.Path(model_path).read_bytes()
+        if self.tokenizer_path.is_file():
+            if self.tokenizer_path.read_bytes() != data:
+                raise RunError(f"{self.tokenizer_path} differs from the vocabulary of the "
+                               f"prepared data ({model_path}): prepare the data with the run's "
+                               "vocabulary, or train into a new output directory.")
+            return self.tokenizer()
+        write_bytes(self.tokenizer_path, data)
+        write_json(self.tokenizer_path.with_name("spm.json"),
+                   {"from": str(model_path), **(info or {})})
+        self._tokenizer = None
+        return self.tokenizer()
+
+    def vocabulary_bytes(self):
+        """The run's sentencepiece model (bytes), or None before it has one."""
+        return self.tokenizer_path.read_bytes() if self.tokenizer_path.is_file() else None
+
     def wait_for_tokenizer(self, seconds=600, poll=2.0):
         """For non-chief workers: waits until the chief has written the vocabulary."""
         deadline = time.time() + seconds
@@ -431,13 +365,30 @@ class Run:
         return self.model_path.is_file()
 
     # Checkpoints.
-    def checkpoint_manager(self, model, optimizer, keep, directory=None):
+    def checkpoint_manager(self, model, optimizer, keep, directory=None, data_position=None):
         """(tf.train.Checkpoint, tf.train.CheckpointManager) of the model and optimizer,
-        saving into the run's checkpoints (or `directory`), keeping the last `keep`."""
+        saving into the run's checkpoints (or `directory`), keeping the last `keep`.
+
+        `data_position` (an int64 tf.Variable: training batches read per input pipeline) is
+        saved with each checkpoint too; `data_position(path)` reads it back. The returned
+        checkpoint (for `restore`) leaves it out, so checkpoints made without it restore.
+        """
         checkpoint = training_checkpoint(model, optimizer)
+        saved = checkpoint
+        if data_position is not None:
+            saved = tf.train.Checkpoint(model=checkpoint.model, optimizer=checkpoint.optimizer,
+                                        data_position=data_position)
         manager = tf.train.CheckpointManager(
-            checkpoint, str(directory or self.checkpoint_dir), max_to_keep=keep)
+            saved, str(directory or self.checkpoint_dir), max_to_keep=keep)
         return checkpoint, manager
+
+    @staticmethod
+    def data_position(path):
+        """The data position saved with checkpoint `path`, or None when it has none."""
+        key = "data_position/.ATTRIBUTES/VARIABLE_VALUE"
+        if key not in dict(tf.train.list_variables(str(path))):
+            return None
+        return int(tf.train.load_variable(str(path), key))
 
     def checkpoints(self):
         """Paths of the run's checkpoints, oldest first (those the index lists and whose
@@ -461,7 +412,8 @@ class Run:
         """
         for path in reversed(self.checkpoints()):
             try:
-                checkpoint.restore(path).assert_existing_objects_matched()
+                # expect_partial: the data position is read on its own (`data_position`).
+                checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
                 return path
             except _DAMAGE as error:
                 log.warning("checkpoint %s is damaged (%s: %s); using the one before it",

@@ -29,11 +29,13 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         step_fn: returns the current optimizer step (an int).
         minutes: wall-clock interval (paper: 10); None to save by steps only.
         steps: step interval; None to save by time only.
+        before_save: called with the step before each save (to update saved state such as
+            the data position).
     """
 
-    def __init__(self, manager, step_fn, minutes=10.0, steps=None):
+    def __init__(self, manager, step_fn, minutes=10.0, steps=None, before_save=None):
         super().__init__()
-        self.manager, self.step_fn = manager, step_fn
+        self.manager, self.step_fn, self.before_save = manager, step_fn, before_save
         self.minutes, self.steps = minutes, steps
         self.last_time = time.monotonic()
         self.last_step = None
@@ -42,6 +44,8 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         step = self.step_fn()
         if step == self.last_step:
             return
+        if self.before_save is not None:
+            self.before_save(step)
         path = self.manager.save(checkpoint_number=step)
         self.last_step, self.last_time = step, time.monotonic()
         log.info("checkpoint %s (step %d, %s)", path, step, reason)

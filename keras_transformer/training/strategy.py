@@ -41,3 +41,12 @@ def is_chief(strategy):
 def task_id(strategy):
     resolver = getattr(strategy, "cluster_resolver", None)
     return resolver.task_id if resolver is not None else 0
+
+
+def input_pipelines(strategy):
+    """How many input pipelines `distribute_datasets_from_function` makes: one per worker."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return 1
+    spec = resolver.cluster_spec()
+    return sum(spec.num_tasks(job) for job in ("chief", "worker") if job in spec.jobs)

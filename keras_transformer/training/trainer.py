@@ -7,7 +7,10 @@ tf.distribute.
 
 The same runs from the shell: `keras-transformer train --preset small --train-steps 20000`.
 Restarting a killed run with the same command resumes from its last checkpoint: weights,
-optimizer state, step and data position (the batches already seen are skipped).
+optimizer state, step and data position. The training pairs are prepared once (tokenized into
+shards, `pipelines.prepared`) and read from the data cache by every run on the same corpus; the
+data position is a batch number of a deterministic stream, so a resumed run sees exactly the
+batches an uninterrupted one would have, without replaying those before.
 """
 
 import json
@@ -24,9 +27,11 @@ from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicChe
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from keras_transformer.training.metrics import Perplexity, TokenAccuracy
 from keras_transformer.training.optimizer import paper_optimizer
-from keras_transformer.training.strategy import is_chief, make_strategy, task_id
+from keras_transformer.training.strategy import input_pipelines, is_chief, make_strategy, task_id
 from pipelines import datasets
 from pipelines.batching import count_lengths, make_dataset, tokenize_pairs
+from pipelines.prepared import BatchPlan, describe
+from pipelines.tokenizer import SubwordTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -68,43 +73,54 @@ class TokenCounter:
         return apply
 
 
-def train_dataset(pairs, config, tokenizer, strategy, skip_batches, counter):
-    """Token-budget batches of the training pairs, repeated, one pipeline per worker, with the
-    first `skip_batches` (already trained on) skipped."""
+def batches_per_step(config, strategy):
+    """Training batches each input pipeline hands over per optimizer step."""
+    return (config.grad_accum_steps * strategy.num_replicas_in_sync
+            // input_pipelines(strategy))
+
+
+def train_dataset(data, config, strategy, start, counter):
+    """Token-budget batches of the prepared training data, repeated, one pipeline per worker
+    (each reading its own shards), from batch number `start` of each pipeline's stream."""
 
     def build(input_context=None):
-        data = pairs
-        if input_context is not None and input_context.num_input_pipelines > 1:
-            data = data.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        dataset = make_dataset(data, tokenizer, config.tokens_per_batch, config.max_length,
-                               shuffle=True, repeat=True, seed=config.seed,
-                               pad_to_bucket=config.pad_to_bucket)
-        # Resume: skip what was already trained on (per pipeline; replicas share a pipeline).
-        per_pipeline = skip_batches
+        worker, workers = 0, 1
         if input_context is not None:
-            per_pipeline = skip_batches * input_context.num_replicas_in_sync // max(
-                1, input_context.num_input_pipelines)
-        if per_pipeline:
-            dataset = dataset.skip(per_pipeline)
-        return dataset.apply(counter.step())
+            worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
+        plan = BatchPlan(data, config.tokens_per_batch, config.max_length, config.seed,
+                         pad_to_bucket=config.pad_to_bucket, worker=worker, num_workers=workers)
+        if workers > 1:
+            print(f"input pipeline {worker} of {workers} reads shards "
+                  f"{','.join(map(str, plan.shards))}", flush=True)
+        return plan.dataset(start).apply(counter.step())
 
     if strategy.num_replicas_in_sync == 1:
         return build()
     return strategy.distribute_datasets_from_function(build)
 
 
-def _texts(pairs):
-    return (text.decode("utf-8") for pair in pairs.as_numpy_iterator() for text in pair)
+def training_data(run, config, chief):
+    """The run's prepared training data (from the cache, else prepared now) and tokenizer. A
+    run that has a vocabulary keeps it; a new run takes the prepared data's."""
+    data = datasets.prepare_training_data(
+        config.dataset, config.src_lang, config.tgt_lang, cache_dir=config.data_cache,
+        vocab_size=config.vocab_size, vocabulary=run.vocabulary_bytes(), seed=config.seed,
+        max_length=config.max_length, shard_pairs=config.shard_pairs,
+        progress=chief and config.verbose > 0, data_dir=config.data_dir,
+        source_dir=config.source_dir, text_files=config.data_arguments()["text_files"])
+    if chief:
+        tokenizer = run.use_vocabulary(data.tokenizer_path, {
+            "vocab_size": data.statistics["vocab_size"],
+            "sha256": data.statistics["vocabulary_sha256"]})
+    else:
+        tokenizer = SubwordTokenizer.load(data.tokenizer_path)
+    return data, tokenizer
 
 
-def _report_lengths(name, pairs, tokenizer, max_length):
+def _report_dev_lengths(pairs, tokenizer, max_length):
     counts = count_lengths(pairs.apply(tokenize_pairs(tokenizer)), max_length)
-    if name == "train":
-        print(f"training data: {counts['pairs']} pairs, {counts['src_tokens']} source and "
-              f"{counts['tgt_tokens']} target tokens; {counts['too_long']} pairs longer than "
-              f"max_length={max_length} are dropped", flush=True)
-    elif counts["too_long"]:
-        log.warning("%s: %d pairs longer than max_length=%d are not evaluated", name,
+    if counts["too_long"]:
+        log.warning("dev: %d pairs longer than max_length=%d are not evaluated",
                     counts["too_long"], max_length)
 
 
@@ -120,17 +136,11 @@ def train(config):
     if chief:
         run.save_config(config)
 
-    # Data and vocabulary: each split is loaded once.
-    train_pairs, train_files = datasets.load_pairs(config.dataset, "train",
-                                                   **config.data_arguments())
-    dev_pairs, _ = datasets.load_pairs(config.dataset, "dev", **config.data_arguments())
+    # Data and vocabulary: the training pairs come prepared (tokenized, sharded) from the cache.
+    data, tokenizer = training_data(run, config, chief)
     if chief:
-        tokenizer = run.prepare_tokenizer(
-            lambda: _texts(train_pairs), config.vocab_size, source_files=train_files,
-            progress=config.verbose > 0, seed=config.seed,
-            user_symbols=datasets.vocabulary_symbols(config.dataset, config.source_dir))
-    else:
-        tokenizer = run.wait_for_tokenizer()
+        print(describe(data), flush=True)
+    dev_pairs, _ = datasets.load_pairs(config.dataset, "dev", **config.data_arguments())
 
     # Model, optimizer, checkpoints; resume from the newest readable checkpoint.
     keras.utils.set_random_seed(config.seed)
@@ -138,33 +148,36 @@ def train(config):
         model = run.build_model()
         optimizer, loss = compile_model(model, config)
     directory = None if chief else run.worker_checkpoint_dir(task_id(strategy))
+    # The data position (batches each input pipeline has handed over) is saved with every
+    # checkpoint: a resumed run reads on from exactly there.
+    position = tf.Variable(0, dtype=tf.int64, trainable=False)
     checkpoint, manager = run.checkpoint_manager(model, optimizer, config.keep_checkpoints,
-                                                 directory)
+                                                 directory, data_position=position)
     restored = run.restore(checkpoint)
-    if restored:
-        print(f"resumed from {restored} at step {int(optimizer.iterations.numpy())}", flush=True)
+    per_step = batches_per_step(config, strategy)
 
     def step_fn():
         return int(optimizer.iterations.numpy())
 
     start_step = step_fn()
+    start = 0
+    if restored:
+        saved = run.data_position(restored)
+        start = start_step * per_step if saved is None else saved
+        print(f"resumed from {restored} at step {start_step}, training batch {start}",
+              flush=True)
     if start_step >= config.train_steps:
         print(f"nothing to do: step {start_step} >= train_steps {config.train_steps}")
         return {"step": start_step, "run_dir": str(run.directory)}
     counter = TokenCounter()
-    batches_done = start_step * config.grad_accum_steps
-    if batches_done:
-        print(f"restoring the data position: skipping {batches_done} batches", flush=True)
-    if chief and config.dataset != "wmt14":  # one cheap pass; WMT14 is too big to pre-count
-        _report_lengths("train", train_pairs, tokenizer, config.max_length)
-    data = train_dataset(train_pairs, config, tokenizer, strategy, batches_done, counter)
+    train_data = train_dataset(data, config, strategy, start, counter)
 
     callbacks = [NanGuard(step_fn)]
     validation = None
     if dev_pairs is not None:
         dev = make_dataset(dev_pairs, tokenizer, config.tokens_per_batch, config.max_length,
                            shuffle=False)
-        _report_lengths("dev", dev_pairs, tokenizer, config.max_length)
+        _report_dev_lengths(dev_pairs, tokenizer, config.max_length)
         validation = Validation(dev, loss, step_fn)
         callbacks.append(validation)
         if config.bleu_steps:
@@ -176,7 +189,9 @@ def train(config):
     checkpoint_minutes = None if multiworker else config.checkpoint_minutes
     checkpoint_steps = config.checkpoint_steps or (config.eval_steps if multiworker else None)
     callbacks += [
-        PeriodicCheckpoint(manager, step_fn, checkpoint_minutes, checkpoint_steps),
+        PeriodicCheckpoint(manager, step_fn, checkpoint_minutes, checkpoint_steps,
+                           before_save=lambda step: position.assign(
+                               start + (step - start_step) * per_step)),
         stop,
         keras.callbacks.TensorBoard(str(run.logs_dir("train" if chief else "worker")),
                                     update_freq=50),
@@ -185,7 +200,7 @@ def train(config):
     # A Keras epoch is eval_steps optimizer steps, i.e. eval_steps x grad_accum_steps batches.
     epochs = math.ceil(config.train_steps / config.eval_steps)
     started = time.monotonic()
-    model.fit(data, epochs=epochs, steps_per_epoch=config.eval_steps * config.grad_accum_steps,
+    model.fit(train_data, epochs=epochs, steps_per_epoch=config.eval_steps * config.grad_accum_steps,
               shuffle=False, initial_epoch=min(start_step // config.eval_steps, epochs - 1),
               callbacks=callbacks, verbose=config.verbose if chief else 0)
     seconds = time.monotonic() - started
