@@ -2,7 +2,7 @@
 
     python benchmarks/pipeline.py [--tokens-per-batch 4096] [--pad-to-bucket]
 
-Trains (or reuses) the shared 8000-piece vocabulary, then times one full pass of the pipeline
+Takes the 8000-piece vocabulary of the prepared Multi30k data (preparing it once), then times one full pass of the pipeline
 (read -> tokenize -> filter -> bucket -> shift) and prints one JSON line.
 padding_efficiency = real tokens / all tokens (both sides, padding included);
 mean/max_tokens_per_batch count the padded tokens of a batch's fuller side, the quantity the
@@ -19,9 +19,9 @@ from common import emit  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from pipelines import sources  # noqa: E402
+from pipelines import datasets, sources  # noqa: E402
 from pipelines.batching import make_dataset  # noqa: E402
-from keras_transformer.runs import Run  # noqa: E402
+from pipelines.tokenizer import SubwordTokenizer  # noqa: E402
 
 
 def main(argv=None):
@@ -30,8 +30,6 @@ def main(argv=None):
     parser.add_argument("--max-length", type=int, default=256)
     parser.add_argument("--pad-to-bucket", action="store_true")
     parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--vocab-dir", default="runs/benchmark-pipeline",
-                        help="folder that keeps the vocabulary between runs (as a run does)")
     parser.add_argument("--data-dir", default=None, help="Multi30k raw files (default: shared)")
     args = parser.parse_args(argv)
 
@@ -40,9 +38,10 @@ def main(argv=None):
         sys.exit("Multi30k not found: pass --data-dir or set MULTI30K_DIR.")
     src_file, tgt_file = (os.path.join(data_dir, f"train.{lang}.gz") for lang in ("en", "de"))
     pairs, stats = sources.parallel_text(src_file, tgt_file, check=False)
-    texts = (t.decode() for pair in pairs.as_numpy_iterator() for t in pair)
-    tokenizer = Run(args.vocab_dir).prepare_tokenizer(
-        texts, args.vocab_size, source_files=[src_file, tgt_file], progress=False)
+    # The vocabulary training would use: that of the prepared data (prepared once, cached).
+    data = datasets.prepare_training_data("multi30k", "en", "de", vocab_size=args.vocab_size,
+                                          source_dir=data_dir, progress=False)
+    tokenizer = SubwordTokenizer.load(data.tokenizer_path)
 
     start = time.perf_counter()
     dataset = make_dataset(pairs, tokenizer, args.tokens_per_batch, args.max_length,

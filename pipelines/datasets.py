@@ -144,8 +144,8 @@ def source_identity(dataset, src_lang, tgt_lang, *, data_dir=None, source_dir=No
 
 
 def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=None,
-                          vocab_size=8000, vocabulary=None, seed=0, max_length=256,
-                          shard_pairs=None, progress=True, **where):
+                          vocab_size=8000, vocabulary=None, seed=0, vocabulary_sample=None,
+                          max_length=256, shard_pairs=None, progress=True, **where):
     """The prepared training data of a dataset (`pipelines.prepared`), from the cache when it
     was prepared before with the same source, vocabulary and settings, else prepared now.
 
@@ -156,6 +156,8 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
             `cache_dir / DATASET-SRC-TGT-KEY`.
         vocab_size, seed: the shared vocabulary trained on a sample of the training text...
         vocabulary: ...or this sentencepiece model (bytes) instead.
+        vocabulary_sample: at most this many sentences (both sides) train the vocabulary
+            (default `tokenizer_settings`' 2,000,000), drawn uniformly while streaming.
         max_length: longer pairs (with their specials) are dropped.
         shard_pairs: source pairs per shard (default `prepared.SHARD_PAIRS`).
 
@@ -167,7 +169,9 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
 
     shard_pairs = shard_pairs or prepared.SHARD_PAIRS
     symbols = vocabulary_symbols(dataset, where.get("source_dir"))
-    settings = tokenizer_settings(vocab_size, seed=seed, user_symbols=symbols)
+    settings = tokenizer_settings(vocab_size, seed=seed, user_symbols=symbols,
+                                  **({"sample_size": vocabulary_sample} if vocabulary_sample
+                                     else {}))
     source = source_identity(dataset, src_lang, tgt_lang, **where)
     cache_dir = pathlib.Path(cache_dir) if cache_dir else prepared.default_cache_dir()
 

@@ -267,7 +267,7 @@ def _write_shard(directory, index, processor, src, tgt, max_length, id_dtype):
 
 
 def _finished_shards(directory):
-    """{index: record} of the shards a earlier `prepare` finished (record and file present)."""
+    """{index: record} of the shards an earlier `prepare` finished (record and file present)."""
     finished = {}
     for path in sorted(directory.glob("shard-*.json")):
         try:
@@ -474,7 +474,7 @@ class BatchPlan:
         self.pad_to_bucket, self.group_shards = pad_to_bucket, group_shards
         self.bounds = np.asarray(geometric_boundaries(max_length, min_boundary, growth), np.int64)
         self.shards = list(range(worker, len(data.shards), num_workers))
-        if not self.shards:
+        if len(data.shards) < num_workers:  # some worker would have nothing to read
             raise DataError(
                 f"{data.directory} has {len(data.shards)} shard(s), fewer than the {num_workers} "
                 "workers reading it: prepare it again with a smaller --shard-pairs.")
@@ -604,3 +604,17 @@ class BatchPlan:
         return tf.data.Dataset.from_generator(
             lambda: self.batches(start), output_signature=((matrix, matrix), matrix),
         ).prefetch(tf.data.AUTOTUNE)
+
+
+def training_dataset(data, tokens_per_batch, max_length=256, seed=0, pad_to_bucket=False,
+                     worker=0, num_workers=1, start=0):
+    """What training reads: this worker's shards checked (sizes and checksums, so a damaged
+    one is named before training starts), their batch plan, and its stream from batch `start`.
+
+    Returns:
+        (BatchPlan, tf.data.Dataset of ((source, decoder input), labels)).
+    """
+    plan = BatchPlan(data, tokens_per_batch, max_length, seed, pad_to_bucket=pad_to_bucket,
+                     worker=worker, num_workers=num_workers)
+    data.check(plan.shards)
+    return plan, plan.dataset(start)

@@ -7,8 +7,6 @@ Characters never seen in training fall back to their UTF-8 bytes (`byte_fallback
 text `detokenize(tokenize(s)) == normalize_whitespace(s)`.
 """
 
-import hashlib
-import json
 import logging
 import os
 import re
@@ -98,22 +96,12 @@ class SubwordTokenizer(tf.Module):
 
 def tokenizer_settings(vocab_size=8000, model_type="bpe", sample_size=2_000_000, seed=0,
                        user_symbols=()):
-    """The settings that define a trained vocabulary (what `fingerprint` keys a cache on)."""
+    """The settings that define a trained vocabulary (part of a prepared data cache's key)."""
     settings = {"vocab_size": vocab_size, "model_type": model_type, "sample_size": sample_size,
                 "seed": seed, "version": 1}
     if user_symbols:
         settings["user_symbols"] = list(user_symbols)
     return settings
-
-
-def fingerprint(settings, files):
-    """A short key for a vocabulary trained with `settings` on `files` (names, sizes and times):
-    the same key means the same vocabulary would be trained again."""
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
-    for path in files:
-        stat = os.stat(path)
-        digest.update(f"{os.path.abspath(path)}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:16]
 
 
 def train_tokenizer(texts, vocab_size=8000, model_type="bpe", sample_size=2_000_000,
@@ -134,7 +122,7 @@ def train_tokenizer(texts, vocab_size=8000, model_type="bpe", sample_size=2_000_
     Returns:
         a `SubwordTokenizer`; `tokenizer.training` records the settings, the number of sentences
         and the seconds taken. Its `model_proto` bytes are the model file's content: a run
-        directory keeps it (`keras_transformer.runs.Run.prepare_tokenizer`), so does an export.
+        data folder keeps it (`pipelines.prepared.prepare`), so do a run and an export.
     """
     import sentencepiece as spm
     from tqdm import tqdm

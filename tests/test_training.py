@@ -220,7 +220,7 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
     run_dir = tmp_path / "run"
     workers = [f"localhost:{free_port()}" for _ in range(2)]
     command = train_command(corpus, run_dir, "--strategy", "multiworker", "--train-steps", "6",
-                            "--checkpoint-steps", "3", "--eval-steps", "3")
+                            "--checkpoint-steps", "3", "--eval-steps", "3", "--shard-pairs", "100")
     processes = []
     for index in range(2):
         env = dict(os.environ, TF_CONFIG=json.dumps(
@@ -230,6 +230,11 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
     outputs = [p.communicate(timeout=600) for p in processes]
     for process, (out, err) in zip(processes, outputs):
         assert process.returncode == 0, err[-3000:]
+    # File-level sharding: the workers read disjoint shards, all of them together.
+    shards = [re.search(rf"input pipeline {i} of 2 reads shards ([\d,]+)", out).group(1)
+              for i, (out, _) in enumerate(outputs)]
+    shards = [set(map(int, s.split(","))) for s in shards]
+    assert shards[0].isdisjoint(shards[1]) and shards[0] | shards[1] == {0, 1, 2, 3}
     chief = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-6"))
     other = tf.train.load_checkpoint(str(run_dir / "scratch-worker-1" / "ckpt-6"))
     names = [n for n in chief.get_variable_to_shape_map() if n.startswith("model/")

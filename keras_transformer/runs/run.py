@@ -10,7 +10,8 @@
 Layout of a run directory (format version 2):
 
     config.json         format version, the resolved architecture and training settings
-    vocab/spm.model     the shared subword vocabulary; vocab/spm.json says how it was trained
+    vocab/spm.model     the shared subword vocabulary (from the prepared data); vocab/spm.json
+                        says which
     checkpoints/        TensorFlow checkpoints ckpt-STEP.* (the last K are kept)
     model.keras         the final weights of `train`
     averaged.keras      the weights chosen by `average` or by the main job
@@ -37,7 +38,7 @@ from keras_transformer.runs.config import TrainConfig
 from pipelines.files import (  # noqa: F401  (re-exported: the one writer)
     TEMPORARY_PREFIX, atomic_path, remove_stale_temporaries, temporary_path, write_bytes,
     write_json, write_lines, write_text)
-from pipelines.tokenizer import SubwordTokenizer, fingerprint, tokenizer_settings, train_tokenizer
+from pipelines.tokenizer import SubwordTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -259,36 +260,6 @@ class Run:
             self._tokenizer = SubwordTokenizer.load(self.tokenizer_path)
         return self._tokenizer
 
-    def prepare_tokenizer(self, texts, vocab_size, source_files=(), progress=True, **settings):
-        """The run's vocabulary: reused when it was trained with the same settings on the same
-        `source_files`, else trained on `texts` (an iterable, or a callable returning one,
-        read only when training is needed) and saved.
-
-        `settings` are the other arguments of `pipelines.tokenizer.train_tokenizer` (seed,
-        model_type, sample_size, user_symbols).
-        """
-        info_path = self.tokenizer_path.with_name("spm.json")
-        key = fingerprint(tokenizer_settings(vocab_size, **settings), source_files) \
-            if source_files else None
-        if key and self.tokenizer_path.is_file() and info_path.is_file():
-            try:
-                saved = json.loads(info_path.read_text()).get("fingerprint")
-            except json.JSONDecodeError:
-                saved = None
-            if saved == key:
-                log.info("Reusing vocabulary %s (same corpus and settings)", self.tokenizer_path)
-                return self.tokenizer()
-        tokenizer = train_tokenizer(texts() if callable(texts) else texts, vocab_size,
-                                    progress=progress, **settings)
-        write_bytes(self.tokenizer_path, tokenizer.model_proto)
-        training = tokenizer.training
-        write_json(info_path, {**training.settings, "fingerprint": key,
-                               "sentences": training.sentences, "seconds": training.seconds})
-        if progress:
-            print(f"vocabulary: {self.tokenizer_path} ready in {training.seconds} s", flush=True)
-        self._tokenizer = tokenizer
-        return tokenizer
-
     def use_vocabulary(self, model_path, info=None):
         """Takes the vocabulary of prepared data (`model_path`, a sentencepiece model) as the
         run's own, unless the run has that very vocabulary already. A run keeps its
@@ -313,16 +284,6 @@ class Run:
     def vocabulary_bytes(self):
         """The run's sentencepiece model (bytes), or None before it has one."""
         return self.tokenizer_path.read_bytes() if self.tokenizer_path.is_file() else None
-
-    def wait_for_tokenizer(self, seconds=600, poll=2.0):
-        """For non-chief workers: waits until the chief has written the vocabulary."""
-        deadline = time.time() + seconds
-        while not self.tokenizer_path.is_file():
-            if time.time() > deadline:
-                raise RunError(f"Waited {seconds}s for the chief's vocabulary "
-                               f"{self.tokenizer_path}; is the run directory shared?")
-            time.sleep(poll)
-        return self.tokenizer()
 
     # Models.
     def build_model(self):

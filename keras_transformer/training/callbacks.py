@@ -52,6 +52,8 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.step_fn()
+        if step == 0:  # the first batches of an accumulated step: nothing trained yet
+            return
         if self.steps and step % self.steps == 0:
             self.save(f"every {self.steps} steps")
         elif self.minutes and time.monotonic() - self.last_time >= 60 * self.minutes:

@@ -16,6 +16,7 @@ batches an uninterrupted one would have, without replaying those before.
 import json
 import logging
 import math
+import re
 import time
 
 import keras
@@ -29,8 +30,9 @@ from keras_transformer.training.metrics import Perplexity, TokenAccuracy
 from keras_transformer.training.optimizer import paper_optimizer
 from keras_transformer.training.strategy import input_pipelines, is_chief, make_strategy, task_id
 from pipelines import datasets
+from pipelines.errors import DataError
 from pipelines.batching import count_lengths, make_dataset, tokenize_pairs
-from pipelines.prepared import BatchPlan, describe
+from pipelines.prepared import describe, training_dataset
 from pipelines.tokenizer import SubwordTokenizer
 
 log = logging.getLogger(__name__)
@@ -87,12 +89,13 @@ def train_dataset(data, config, strategy, start, counter):
         worker, workers = 0, 1
         if input_context is not None:
             worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
-        plan = BatchPlan(data, config.tokens_per_batch, config.max_length, config.seed,
-                         pad_to_bucket=config.pad_to_bucket, worker=worker, num_workers=workers)
+        plan, dataset = training_dataset(
+            data, config.tokens_per_batch, config.max_length, config.seed,
+            pad_to_bucket=config.pad_to_bucket, worker=worker, num_workers=workers, start=start)
         if workers > 1:
             print(f"input pipeline {worker} of {workers} reads shards "
                   f"{','.join(map(str, plan.shards))}", flush=True)
-        return plan.dataset(start).apply(counter.step())
+        return dataset.apply(counter.step())
 
     if strategy.num_replicas_in_sync == 1:
         return build()
@@ -200,9 +203,17 @@ def train(config):
     # A Keras epoch is eval_steps optimizer steps, i.e. eval_steps x grad_accum_steps batches.
     epochs = math.ceil(config.train_steps / config.eval_steps)
     started = time.monotonic()
-    model.fit(train_data, epochs=epochs, steps_per_epoch=config.eval_steps * config.grad_accum_steps,
-              shuffle=False, initial_epoch=min(start_step // config.eval_steps, epochs - 1),
-              callbacks=callbacks, verbose=config.verbose if chief else 0)
+    try:
+        model.fit(train_data, epochs=epochs,
+                  steps_per_epoch=config.eval_steps * config.grad_accum_steps, shuffle=False,
+                  initial_epoch=min(start_step // config.eval_steps, epochs - 1),
+                  callbacks=callbacks, verbose=config.verbose if chief else 0)
+    except tf.errors.OpError as error:
+        # A shard damaged while training ran reaches fit as an op error around our message.
+        damaged = re.search(r"pipelines\.errors\.DataError: (.*)", str(error))
+        if damaged:
+            raise DataError(damaged.group(1)) from None
+        raise
     seconds = time.monotonic() - started
 
     tokens = int(counter.tokens.numpy())

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 from keras_transformer import cli
@@ -122,20 +123,17 @@ def test_not_a_run_and_damaged_files_are_named(tmp_path, run_copy):
         Run(run_copy).config
 
 
-def test_vocabulary_is_reused_and_retrained_when_settings_change(tmp_path):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("ein kleiner Hund läuft\na small dog runs\n" * 50, encoding="utf-8")
-    texts = corpus.read_text(encoding="utf-8").splitlines()
-    run = Run(tmp_path / "run")
-    first = run.prepare_tokenizer(texts, 320, source_files=[corpus], progress=False)
-    stamp = run.tokenizer_path.stat().st_mtime_ns
-    again = Run(tmp_path / "run").prepare_tokenizer(
-        lambda: pytest.fail("the cached vocabulary must not read the text"), 320,
-        source_files=[corpus], progress=False)
-    assert run.tokenizer_path.stat().st_mtime_ns == stamp
-    assert again.vocab_size == first.vocab_size == 320
-    other = run.prepare_tokenizer(texts, 300, source_files=[corpus], progress=False)
-    assert other.vocab_size == 300
+def test_a_run_keeps_its_vocabulary(run_copy, tmp_path):
+    run = Run(run_copy)
+    own = run.tokenizer_path.read_bytes()
+    same = tmp_path / "same.model"
+    same.write_bytes(own)
+    assert run.use_vocabulary(same).vocab_size == run.tokenizer().vocab_size
+    other = tmp_path / "other.model"
+    other.write_bytes(own + b"x")
+    with pytest.raises(RunError, match="differs from the vocabulary of the prepared data"):
+        run.use_vocabulary(other)
+    assert run.tokenizer_path.read_bytes() == own
 
 
 def test_atomic_writes_keep_the_old_file_on_failure_and_clean_up(tmp_path):
@@ -179,3 +177,23 @@ def test_cli_exit_status_user_errors_2_internal_errors_1(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "exit status: 0 done; 2 a user error" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(
+        toy_corpus, runtime_preset, tmp_path):
+    # Without dropout, training is a function of the batches: stopping at the step-6
+    # checkpoint and resuming must end with the weights of a run that never stopped. Small
+    # shards (several groups and epochs in 12 steps) and gradient accumulation make the data
+    # position more than the step.
+    settings = dict(dropout=0.0, shard_pairs=60, grad_accum_steps=2, tokens_per_batch=128,
+                    train_steps=12, checkpoint_steps=6, eval_steps=12)
+    train(toy_config(toy_corpus, tmp_path / "whole", **settings))
+    train(toy_config(toy_corpus, tmp_path / "pieces", **{**settings, "train_steps": 6}))
+    summary = train(toy_config(toy_corpus, tmp_path / "pieces", **settings))
+    assert summary["start_step"] == 6
+    pieces = Run(tmp_path / "pieces")
+    assert [Run.data_position(p) for p in pieces.checkpoints()] == [12, 24]  # 2 per step
+    whole = Run(tmp_path / "whole").load_model().get_weights()
+    for a, b in zip(whole, pieces.load_model().get_weights()):
+        np.testing.assert_array_equal(a, b)
