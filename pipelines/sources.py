@@ -85,17 +85,21 @@ def _lines(path):
     return tf.data.TextLineDataset(str(path), compression_type=compression)
 
 
-def _strip_pair(src, tgt):
-    return tf.strings.strip(src), tf.strings.strip(tgt)
+def _strip_and_keep(src, tgt):
+    """Batches of pairs -> the pairs whose sides are both non-empty after stripping (the last
+    batches of unchecked files of different lengths are cut to the shorter, as zip would)."""
+    rows = tf.minimum(tf.size(src), tf.size(tgt))
+    src, tgt = tf.strings.strip(src[:rows]), tf.strings.strip(tgt[:rows])
+    keep = tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0)
+    return tf.boolean_mask(src, keep), tf.boolean_mask(tgt, keep)
 
 
-def drop_empty_pairs():
-    """Dataset -> Dataset: removes pairs where either side is empty after stripping."""
+def drop_empty_pairs(chunk=1024):
+    """Dataset -> Dataset: strips both sides and removes pairs where either is empty (a chunk
+    of pairs at a time: per-element tf.data functions would cost more than the work)."""
 
     def apply(dataset):
-        return dataset.map(_strip_pair).filter(
-            lambda src, tgt: tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0)
-        )
+        return dataset.batch(chunk).map(_strip_and_keep).unbatch()
 
     return apply
 
@@ -114,8 +118,10 @@ def parallel_text(src_path, tgt_path, check=True):
     if stats and stats.empty_skipped:
         log.warning("%s / %s: skipping %d pairs with an empty side (%d pairs kept)",
                     src_path, tgt_path, stats.empty_skipped, stats.pairs)
-    dataset = tf.data.Dataset.zip((_lines(src_path), _lines(tgt_path)))
-    return dataset.apply(drop_empty_pairs()), stats
+    # Lines are read, zipped and cleaned a chunk at a time, then handed on one pair at a time.
+    chunk = 1024
+    dataset = tf.data.Dataset.zip((_lines(src_path).batch(chunk), _lines(tgt_path).batch(chunk)))
+    return dataset.map(_strip_and_keep).unbatch(), stats
 
 
 def default_multi30k_dir():
