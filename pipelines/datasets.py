@@ -3,7 +3,7 @@
 Functions of plain arguments (names, languages, folders); nothing here knows the model or the
 training config.
 
-    pairs, files = load_pairs("multi30k", "train", "en", "de")
+    pairs = load_pairs("multi30k", "train", "en", "de")
     sources, references = split_texts("multi30k", "test", "en", "de")
 
 Datasets:
@@ -49,27 +49,23 @@ def load_pairs(dataset, split, src_lang="en", tgt_lang="de", *, data_dir=None, s
         text_files: dataset "text": {split: (source file, target file)}.
 
     Returns:
-        (tf.data.Dataset of (source, target) strings, or None when a "text" dataset has no
-        files for the split; the files the pairs come from, which key the vocabulary cache).
+        a tf.data.Dataset of (source, target) strings, or None when a "text" dataset has no
+        files for the split.
     """
     _check(dataset, split)
     if dataset == "multi30k":
-        source_dir = source_dir or sources.default_multi30k_dir()
-        files = ([pathlib.Path(source_dir) / f"train.{lang}.gz" for lang in (src_lang, tgt_lang)]
-                 if source_dir else [])
-        pairs = sources.multi30k(_MULTI30K_SPLITS[split], src_lang, tgt_lang, data_dir,
-                                 source_dir)
-        return pairs, files
+        return sources.multi30k(_MULTI30K_SPLITS[split], src_lang, tgt_lang, data_dir,
+                                source_dir or sources.default_multi30k_dir())
     if dataset == "wmt14":
-        return sources.wmt14(_WMT14_SPLITS[split], src_lang, tgt_lang, data_dir), []
+        return sources.wmt14(_WMT14_SPLITS[split], src_lang, tgt_lang, data_dir)
     if dataset == "ptb":
         archive = treebank.default_ptb_archive(source_dir)
         sentences, linearized = treebank.task_pairs(treebank.sample_splits(str(archive))[split])
-        return tf.data.Dataset.from_tensor_slices((sentences, linearized)), [archive]
+        return tf.data.Dataset.from_tensor_slices((sentences, linearized))
     src, tgt = (text_files or {}).get(split, (None, None))
     if src is None:
-        return None, []
-    return sources.parallel_text(src, tgt)[0], [src, tgt]
+        return None
+    return sources.parallel_text(src, tgt)[0]
 
 
 def vocabulary_symbols(dataset, source_dir=None):
@@ -91,7 +87,7 @@ def pair_texts(pairs, limit=None):
 def split_texts(dataset, split, src_lang="en", tgt_lang="de", limit=None, **where):
     """(source strings, target strings) of a split, at most `limit` pairs; `where` as for
     `load_pairs` (data_dir, source_dir, text_files)."""
-    pairs, _ = load_pairs(dataset, split, src_lang, tgt_lang, **where)
+    pairs = load_pairs(dataset, split, src_lang, tgt_lang, **where)
     if pairs is None:
         raise DataError(f"The {dataset} dataset has no {split} set here: give source and "
                         "reference files for it.")
@@ -179,7 +175,8 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         manifest = {"source": source, "vocabulary": vocabulary_key, "max_length": max_length,
                     "shard_pairs": shard_pairs}
         key = prepared.cache_key(manifest)
-        return cache_dir / f"{dataset}-{src_lang}-{tgt_lang}-{key}", manifest
+        name = dataset if dataset == "ptb" else f"{dataset}-{src_lang}-{tgt_lang}"
+        return cache_dir / f"{name}-{key}", manifest
 
     # Data prepared with a vocabulary trained with these settings, if that is the vocabulary
     # asked for (a run resuming with the vocabulary it took from that data)...
@@ -194,7 +191,7 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         directory, manifest = folder({"sha256": hashlib.sha256(bytes(vocabulary)).hexdigest()})
         if prepared.PreparedData.is_complete(directory):
             return prepared.PreparedData(directory)
-    train_pairs, _ = load_pairs(dataset, "train", src_lang, tgt_lang, **where)  # checks files
+    train_pairs = load_pairs(dataset, "train", src_lang, tgt_lang, **where)  # checks files
     if train_pairs is None:
         raise DataError(f"The {dataset} dataset has no training files: give them "
                         "(train_src / train_tgt).")

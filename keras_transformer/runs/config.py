@@ -120,8 +120,9 @@ class TrainConfig:
         check(self.precision in POLICIES, "precision", f"must be one of {POLICIES}")
         check(self.strategy in STRATEGIES, "strategy", f"must be one of {STRATEGIES}")
         check(self.src_lang != self.tgt_lang, "tgt_lang", "must differ from src_lang")
-        for key in ("vocab_size", "shard_pairs", "tokens_per_batch", "max_length", "grad_accum_steps",
-                    "keep_checkpoints", "eval_steps", "bleu_sentences", "num_replicas"):
+        for key in ("vocab_size", "shard_pairs", "tokens_per_batch", "max_length",
+                    "grad_accum_steps", "keep_checkpoints", "eval_steps", "bleu_sentences",
+                    "num_replicas"):
             check(getattr(self, key) > 0, key, "must be positive")
         for key in ("train_steps", "warmup_steps", "checkpoint_steps", "bleu_steps",
                     "num_layers", "d_model", "num_heads", "d_ff", "key_dim", "value_dim"):

@@ -29,8 +29,10 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         step_fn: returns the current optimizer step (an int).
         minutes: wall-clock interval (paper: 10); None to save by steps only.
         steps: step interval; None to save by time only.
-        before_save: called with the step before each save (to update saved state such as
-            the data position).
+        before_save: called with (step, batches trained on since `fit` began) before each
+            save, to update saved state such as the data position. Under gradient
+            accumulation a save can fall between updates: the optimizer then holds the
+            gradients of the batches since the last update, and the batch count includes them.
     """
 
     def __init__(self, manager, step_fn, minutes=10.0, steps=None, before_save=None):
@@ -39,18 +41,20 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         self.minutes, self.steps = minutes, steps
         self.last_time = time.monotonic()
         self.last_step = None
+        self.batches = 0
 
     def save(self, reason):
         step = self.step_fn()
         if step == self.last_step:
             return
         if self.before_save is not None:
-            self.before_save(step)
+            self.before_save(step, self.batches)
         path = self.manager.save(checkpoint_number=step)
         self.last_step, self.last_time = step, time.monotonic()
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
 
     def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
         step = self.step_fn()
         if step == 0:  # the first batches of an accumulated step: nothing trained yet
             return

@@ -143,7 +143,7 @@ def train(config):
     data, tokenizer = training_data(run, config, chief)
     if chief:
         print(describe(data), flush=True)
-    dev_pairs, _ = datasets.load_pairs(config.dataset, "dev", **config.data_arguments())
+    dev_pairs = datasets.load_pairs(config.dataset, "dev", **config.data_arguments())
 
     # Model, optimizer, checkpoints; resume from the newest readable checkpoint.
     keras.utils.set_random_seed(config.seed)
@@ -193,8 +193,8 @@ def train(config):
     checkpoint_steps = config.checkpoint_steps or (config.eval_steps if multiworker else None)
     callbacks += [
         PeriodicCheckpoint(manager, step_fn, checkpoint_minutes, checkpoint_steps,
-                           before_save=lambda step: position.assign(
-                               start + (step - start_step) * per_step)),
+                           before_save=lambda step, batches: position.assign(
+                               start + batches * per_step // config.grad_accum_steps)),
         stop,
         keras.callbacks.TensorBoard(str(run.logs_dir("train" if chief else "worker")),
                                     update_freq=50),
