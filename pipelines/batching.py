@@ -195,17 +195,18 @@ def make_dataset(pairs, tokenizer, tokens_per_batch=25000, max_length=256, shuff
         tokens_per_batch: token budget per side (per replica under tf.distribute).
         max_length: pairs longer than this (in tokens, with specials) are dropped.
         shuffle: shuffle sentences and batches (seeded by `seed`).
-        repeat: loop over the data forever (training); pools then span epoch ends.
+        repeat: loop over the data forever, each pass bucketed on its own (a pool that
+            spanned passes would put copies of one pair into the same batch on small corpora).
         pad_to_bucket: static shapes from a fixed set (for XLA).
     """
     dataset = pairs.apply(tokenize_pairs(tokenizer)).apply(filter_by_length(max_length))
     pool_size = pool_size or 8 * tokens_per_batch
     if shuffle:
         dataset = dataset.shuffle(pool_size, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
     dataset = dataset.apply(bucket_by_length(
         tokens_per_batch, max_length, growth=growth, pad_to_bucket=pad_to_bucket,
         pool_size=pool_size, shuffle_buffer=256 if shuffle else 0, seed=seed,
     ))
+    if repeat:  # after bucketing: a sorting pool never holds a pair twice
+        dataset = dataset.repeat()
     return dataset.apply(shift_targets()).prefetch(tf.data.AUTOTUNE)

@@ -53,6 +53,9 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         self.last_step, self.last_time = step, time.monotonic()
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
 
+    def on_train_begin(self, logs=None):
+        self.last_step = self.step_fn()  # a resumed run has that checkpoint already
+
     def on_train_batch_end(self, batch, logs=None):
         self.batches += 1
         step = self.step_fn()

@@ -96,6 +96,21 @@ def test_make_dataset_shifts_targets_and_is_seeded():
     assert not all(np.array_equal(a[1], b[1]) for a, b in zip(first, other))
 
 
+def test_repeated_data_never_puts_one_pair_twice_in_a_batch():
+    # 200 distinct pairs, a sorting pool of 8 x 256 sentences: a pool spanning passes would
+    # hold about ten copies of each pair, side by side after sorting.
+    texts = [(f"source {i}", f"target number {i}") for i in range(200)]
+    pairs = tf.data.Dataset.from_tensor_slices(([s for s, _ in texts], [t for _, t in texts]))
+    dataset = batching.make_dataset(pairs, CharTokenizer(), tokens_per_batch=256, max_length=40,
+                                    seed=1, repeat=True)
+    seen = 0
+    for (src, _), _ in dataset.take(60).as_numpy_iterator():
+        rows = [tuple(row) for row in src]
+        assert len(set(rows)) == len(rows)
+        seen += len(rows)
+    assert seen > 400  # more than two passes
+
+
 @pytest.mark.slow
 def test_multi30k_train_meets_the_batching_targets(shared_data, tmp_path):
     from pipelines import sources
