@@ -150,9 +150,7 @@ def _prepare(args):
         vocab_size=config.vocab_size, seed=config.seed, max_length=config.max_length,
         shard_pairs=config.shard_pairs, progress=config.verbose > 0,
         data_dir=config.data_dir, source_dir=config.source_dir,
-        text_files=config.data_arguments()["text_files"])
-    if args.check:
-        data.check()
+        text_files=config.data_arguments()["text_files"], verify=args.check)
     print(prepared.describe(data))
     print(data.directory)
 
@@ -440,7 +438,9 @@ def build_parser():
     prepare.add_argument("--config", help="YAML or JSON file with any of the keys below "
                          "(a training config works: other keys are ignored)")
     prepare.add_argument("--check", action="store_true",
-                         help="verify every shard's checksum after preparing or finding it")
+                         help="verify the checksum of every shard of data found prepared, and "
+                         "prepare damaged ones again (missing or truncated shards are always "
+                         "found)")
     _add_config_flags(prepare, PREPARE_KEYS)
     prepare.set_defaults(run=_prepare)
 

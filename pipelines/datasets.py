@@ -141,7 +141,8 @@ def source_identity(dataset, src_lang, tgt_lang, *, data_dir=None, source_dir=No
 
 def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=None,
                           vocab_size=8000, vocabulary=None, seed=0, vocabulary_sample=None,
-                          max_length=256, shard_pairs=None, progress=True, **where):
+                          max_length=256, shard_pairs=None, progress=True, verify=False,
+                          **where):
     """The prepared training data of a dataset (`pipelines.prepared`), from the cache when it
     was prepared before with the same source, vocabulary and settings, else prepared now.
 
@@ -156,6 +157,8 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
             (default `tokenizer_settings`' 2,000,000), drawn uniformly while streaming.
         max_length: longer pairs (with their specials) are dropped.
         shard_pairs: source pairs per shard (default `prepared.SHARD_PAIRS`).
+        verify: check the shards' checksums (missing or truncated shards are always found);
+            damaged shards are prepared again.
 
     Returns:
         `prepared.PreparedData`.
@@ -178,19 +181,20 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         name = dataset if dataset == "ptb" else f"{dataset}-{src_lang}-{tgt_lang}"
         return cache_dir / f"{name}-{key}", manifest
 
-    # Data prepared with a vocabulary trained with these settings, if that is the vocabulary
-    # asked for (a run resuming with the vocabulary it took from that data)...
+    def usable(directory):  # complete, and no shard missing or cut short
+        return prepared.PreparedData.is_complete(directory) and not \
+            prepared.PreparedData(directory).damaged(checksums=verify)
+
+    # Data prepared with a vocabulary trained with these settings; for a given vocabulary
+    # (a run's own), that data if it was made with it, else data keyed by the vocabulary.
     directory, manifest = folder(settings)
-    if prepared.PreparedData.is_complete(directory):
-        data = prepared.PreparedData(directory)
-        if vocabulary is None or data.statistics["vocabulary_sha256"] == \
-                hashlib.sha256(bytes(vocabulary)).hexdigest():
-            return data
-    # ...else data prepared with the given vocabulary.
     if vocabulary is not None:
-        directory, manifest = folder({"sha256": hashlib.sha256(bytes(vocabulary)).hexdigest()})
-        if prepared.PreparedData.is_complete(directory):
-            return prepared.PreparedData(directory)
+        own = hashlib.sha256(bytes(vocabulary)).hexdigest()
+        if not (prepared.PreparedData.is_complete(directory) and
+                prepared.PreparedData(directory).statistics["vocabulary_sha256"] == own):
+            directory, manifest = folder({"sha256": own})
+    if usable(directory):
+        return prepared.PreparedData(directory)
     train_pairs = load_pairs(dataset, "train", src_lang, tgt_lang, **where)  # checks files
     if train_pairs is None:
         raise DataError(f"The {dataset} dataset has no training files: give them "
@@ -199,4 +203,5 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
     return prepared.prepare(directory, lambda: train_pairs, manifest=manifest,
                             vocabulary=vocabulary, vocabulary_settings=train_settings,
                             max_length=max_length, shard_pairs=shard_pairs, progress=progress,
-                            total_pairs=_size(dataset, src_lang, tgt_lang, where.get("data_dir")))
+                            total_pairs=_size(dataset, src_lang, tgt_lang, where.get("data_dir")),
+                            verify=verify)

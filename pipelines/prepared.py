@@ -123,20 +123,27 @@ class PreparedData:
     def shard_path(self, index):
         return self.directory / self.shards[index]["file"]
 
-    def check(self, indices=None, checksums=True):
-        """Checks shards before training reads them: present, of the recorded size and, with
-        `checksums`, of the recorded SHA-256. Raises DataError naming the file and the fault."""
+    def damaged(self, indices=None, checksums=True):
+        """[(index, what is wrong)] of the shards that are missing, of another size than
+        recorded or, with `checksums`, of another SHA-256."""
+        found = []
         for index in range(len(self.shards)) if indices is None else indices:
             record, path = self.shards[index], self.shard_path(index)
             if not path.is_file():
-                raise DataError(f"prepared shard {path} is missing; run prepare again to "
-                                "rebuild it (finished shards are kept).")
-            size = path.stat().st_size
-            if size != record["bytes"]:
-                raise DataError(f"prepared shard {path} is truncated or damaged: {size} bytes, "
-                                f"{record['bytes']} expected; delete it and run prepare again.")
-            if checksums:
-                self._verified_bytes(index)
+                found.append((index, "is missing"))
+            elif path.stat().st_size != record["bytes"]:
+                found.append((index, f"is truncated or damaged: {path.stat().st_size} bytes, "
+                                     f"{record['bytes']} expected"))
+            elif checksums and _sha256(path.read_bytes()) != record["sha256"]:
+                found.append((index, "is damaged (its SHA-256 differs from the one recorded)"))
+        return found
+
+    def check(self, indices=None, checksums=True):
+        """Checks shards before training reads them (`damaged`); raises DataError naming the
+        first bad file, what is wrong, and what to do."""
+        for index, what in self.damaged(indices, checksums)[:1]:
+            raise DataError(f"prepared shard {self.shard_path(index)} {what}; delete it and run "
+                            "the same command again (prepare and train rebuild missing shards).")
 
     def _verified_bytes(self, index):
         record, path = self.shards[index], self.shard_path(index)
@@ -145,7 +152,7 @@ class PreparedData:
             what = (f"{len(data)} bytes, {record['bytes']} expected" if len(data) !=
                     record["bytes"] else "its SHA-256 differs from the one recorded")
             raise DataError(f"prepared shard {path} is damaged ({what}); delete it and run "
-                            "prepare again.")
+                            "the same command again (prepare and train rebuild missing shards).")
         return data
 
     def load(self, index, names=ARRAYS, verify=True):
@@ -157,7 +164,7 @@ class PreparedData:
                 return {name: arrays[name] for name in names}
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
             raise DataError(f"prepared shard {path} cannot be read ({error}); delete it and run "
-                            "prepare again.") from None
+                            "the same command again (prepare and train rebuild missing shards).") from None
 
     def lengths(self, index):
         """(source lengths, target lengths) of a shard's pairs, with their specials."""
@@ -280,8 +287,30 @@ def _finished_shards(directory):
     return finished
 
 
+def _reopen(directory, checksums, progress):
+    """Complete data with damaged shards made incomplete again: the good shards get their
+    records back (so they count as finished), the bad ones are deleted, statistics.json goes.
+    Returns whether anything was damaged."""
+    data = PreparedData(directory)
+    bad = dict(data.damaged(checksums=checksums))
+    if not bad:
+        return False
+    for index, what in bad.items():
+        log.warning("prepared shard %s %s: preparing it again", data.shard_path(index), what)
+        if progress:
+            print(f"prepare: shard {data.shard_path(index)} {what}: preparing it again",
+                  flush=True)
+        data.shard_path(index).unlink(missing_ok=True)
+    for record in data.shards:
+        if record["index"] not in bad:
+            write_json(directory / f"{_shard_name(record['index'])}.json", record)
+    (directory / STATISTICS).unlink()
+    return True
+
+
 def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=None,
-            max_length=256, shard_pairs=SHARD_PAIRS, total_pairs=None, progress=True):
+            max_length=256, shard_pairs=SHARD_PAIRS, total_pairs=None, progress=True,
+            verify=False):
     """Prepares (or finishes preparing) a corpus into `directory`; returns `PreparedData`.
 
     Args:
@@ -296,16 +325,20 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
         shard_pairs: source pairs per shard.
         total_pairs: the source's size if known (for the progress bar).
         progress: progress bars and a closing line.
+        verify: check finished data's checksums too (missing and truncated shards are always
+            found); damaged shards are prepared again.
     """
     import sentencepiece as spm
     from tqdm import tqdm
 
     directory = pathlib.Path(directory)
-    if PreparedData.is_complete(directory):
+    if PreparedData.is_complete(directory) and not PreparedData(directory).damaged(
+            checksums=verify):
         return PreparedData(directory)
     with _Lock(directory):
-        if PreparedData.is_complete(directory):  # another process finished it meanwhile
-            return PreparedData(directory)
+        if PreparedData.is_complete(directory):  # done, perhaps by another process meanwhile
+            if not _reopen(directory, verify, progress):
+                return PreparedData(directory)
         started = time.monotonic()
         remove_stale_temporaries(directory)
         write_json(directory / MANIFEST, {**manifest, "format_version": FORMAT_VERSION})

@@ -153,6 +153,22 @@ def test_damaged_shards_are_named_before_training_reads_them(toy_data, tmp_path)
         data.check()
 
 
+def test_prepare_rebuilds_damaged_shards_only(toy_corpus, tmp_path):
+    data = prepare_toy(toy_corpus, tmp_path / "cache")
+    records = [dict(s) for s in data.shards]
+    data.shard_path(3).write_bytes(data.shard_path(3).read_bytes()[:-10])  # truncated
+    content = bytearray(data.shard_path(5).read_bytes())
+    content[100] ^= 0xFF  # corrupt, same size
+    data.shard_path(5).write_bytes(bytes(content))
+    untouched = data.shard_path(0).stat().st_mtime_ns
+    again = prepare_toy(toy_corpus, tmp_path / "cache")  # sizes are always checked
+    assert again.directory == data.directory
+    assert again.damaged() == [(5, "is damaged (its SHA-256 differs from the one recorded)")]
+    again = prepare_toy(toy_corpus, tmp_path / "cache", verify=True)  # checksums on request
+    assert again.damaged() == [] and again.shards == records
+    assert again.shard_path(0).stat().st_mtime_ns == untouched
+
+
 SLOW_PREPARE = textwrap.dedent("""
     import sys, time
     import tensorflow as tf
