@@ -11,7 +11,7 @@ core, drops pairs longer than `max_length` (with their specials) and writes shar
 `shard_pairs` source pairs. A prepared folder:
 
     manifest.json       what it was prepared from and with (the cache key's contents)
-    spm.model           the shared vocabulary
+    spm.model           the shared vocabulary (vocabulary.json: how it was trained)
     shard-00000.npz     src_ids, src_len, tgt_ids, tgt_len: ids without specials, uint16 when
                         the vocabulary fits (else int32); lengths uint16
     shard-00000.json    that shard's record: pairs, dropped, tokens, bytes, sha256
@@ -61,13 +61,15 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 STATISTICS = "statistics.json"
+VOCABULARY = "vocabulary.json"  # how the vocabulary was trained (sample size, seconds)
 SHARD_PAIRS = 100_000  # source pairs per shard: 45 shards for WMT14 en-de, 360 for en-fr
 ARRAYS = ("src_ids", "src_len", "tgt_ids", "tgt_len")
 
 
 def default_cache_dir():
     """Where prepared data is kept unless `--data-cache` says otherwise:
-    $KERAS_TRANSFORMER_DATA_CACHE, else $XDG_CACHE_HOME (default ~/.cache)/keras-transformer/data."""
+    $KERAS_TRANSFORMER_DATA_CACHE, else $XDG_CACHE_HOME (default ~/.cache) /
+    keras-transformer/data."""
     explicit = os.environ.get("KERAS_TRANSFORMER_DATA_CACHE")
     if explicit:
         return pathlib.Path(explicit)
@@ -164,7 +166,8 @@ class PreparedData:
                 return {name: arrays[name] for name in names}
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
             raise DataError(f"prepared shard {path} cannot be read ({error}); delete it and run "
-                            "the same command again (prepare and train rebuild missing shards).") from None
+                            "the same command again (prepare and train rebuild missing "
+                            "shards).") from None
 
     def lengths(self, index):
         """(source lengths, target lengths) of a shard's pairs, with their specials."""
@@ -343,7 +346,6 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
         remove_stale_temporaries(directory)
         write_json(directory / MANIFEST, {**manifest, "format_version": FORMAT_VERSION})
         model_path = directory / SubwordTokenizer.FILENAME
-        vocabulary_info = {}
         if vocabulary is not None:
             if not model_path.is_file() or model_path.read_bytes() != bytes(vocabulary):
                 write_bytes(model_path, bytes(vocabulary))
@@ -354,8 +356,9 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
             settings["sample_size"] = settings.get("sample_size", 2_000_000)
             tokenizer = train_tokenizer(sample, progress=progress, **settings)
             del sample
-            vocabulary_info = {"sentences_seen": seen, "sample": tokenizer.training.sentences,
-                               "seconds": tokenizer.training.seconds}
+            write_json(directory / VOCABULARY, {
+                "sentences_seen": seen, "sample": tokenizer.training.sentences,
+                "seconds": tokenizer.training.seconds})
             write_bytes(model_path, tokenizer.model_proto)
         processor = spm.SentencePieceProcessor(model_proto=model_path.read_bytes())
         id_dtype = np.uint16 if processor.get_piece_size() <= 65536 else np.int32
@@ -399,7 +402,8 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
             "max_length": max_length, "shard_pairs": shard_pairs,
             "vocab_size": processor.get_piece_size(),
             "vocabulary_sha256": _sha256(model_path.read_bytes()),
-            "vocabulary": vocabulary_info,
+            "vocabulary": (_read_json(directory / VOCABULARY)
+                           if (directory / VOCABULARY).is_file() else {"given": True}),
             "seconds": round(time.monotonic() - started, 1),
             "shards": shards,
         }
@@ -414,8 +418,9 @@ def describe(data):
     s = data.statistics
     shards = len(data.shards)
     return (f"prepared data {data.directory}: {s['pairs']:,} pairs in {shards} "
-            f"shard{'s' if shards != 1 else ''} ({s['bytes'] / 2**20:,.1f} MiB), {s['src_tokens']:,} source and "
-            f"{s['tgt_tokens']:,} target tokens; {s['dropped_too_long']:,} pairs longer than "
+            f"shard{'s' if shards != 1 else ''} ({s['bytes'] / 2**20:,.1f} MiB), "
+            f"{s['src_tokens']:,} source and {s['tgt_tokens']:,} target tokens; "
+            f"{s['dropped_too_long']:,} pairs longer than "
             f"max_length={s['max_length']} are dropped")
 
 
