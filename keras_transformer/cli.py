@@ -12,6 +12,7 @@ in one line; 1 an internal error, with its traceback under --debug.
 """
 
 import argparse
+import contextlib
 import os
 import sys
 
@@ -172,16 +173,74 @@ def _translator(args):
                                batch_size=args.batch_size)
 
 
-def _read_lines(path):
+def _decode_line(raw, number, offset, name):
+    """(text, None) for a valid UTF-8 line, else (None, a message naming line and bytes)."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n"), None
+    except UnicodeDecodeError as error:
+        return None, (f"{name}, line {number}: invalid UTF-8 ({error.reason}) at byte "
+                      f"{error.start} of the line, byte {offset + error.start} of the input")
+
+
+def _raw_lines(path):
+    """(line number, byte offset, bytes) of a file's lines, or of standard input's."""
     from keras_transformer.errors import InputError
 
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read().splitlines()
+        handle = open(path, "rb") if path else sys.stdin.buffer
     except FileNotFoundError:
         raise InputError(f"Input file not found: {path}") from None
-    except UnicodeDecodeError as error:
-        raise InputError(f"{path}: invalid UTF-8 at byte {error.start}") from None
+    offset = 0
+    with handle if path else contextlib.nullcontext(handle):
+        for number, raw in enumerate(handle, 1):
+            yield number, offset, raw
+            offset += len(raw)
+
+
+def _read_lines(path):
+    """All lines of a file that must be valid UTF-8 (evaluation inputs): InputError naming the
+    first bad line and its byte offsets, before anything is decoded or written."""
+    from keras_transformer.errors import InputError
+
+    lines = []
+    for number, offset, raw in _raw_lines(path):
+        text, problem = _decode_line(raw, number, offset, path)
+        if problem:
+            raise InputError(f"{problem}. Nothing was translated; convert the file to UTF-8 "
+                             "(e.g. iconv -f latin1 -t utf-8).")
+        lines.append(text)
+    return lines
+
+
+class _BadLines:
+    """Input lines that are not valid UTF-8 (translate, parse): each is named on standard error
+    when met and left empty in the output, which keeps one output line per input line; at the
+    end `check()` fails the command (exit status 2) naming them all."""
+
+    def __init__(self, name):
+        self.name, self.problems = name, []
+
+    def decode(self, number, offset, raw):
+        text, problem = _decode_line(raw, number, offset, self.name)
+        if problem:
+            self.problems.append(problem)
+            print(f"keras-transformer: warning: {problem}; its output line is left empty",
+                  file=sys.stderr, flush=True)
+        return text
+
+    def check(self):
+        from keras_transformer.errors import InputError
+
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            raise InputError(f"{len(self.problems)} input line(s) were not valid UTF-8 and were "
+                             f"left empty in the output: {self.problems[0]}{more}.")
+
+
+def _run_on(function, texts, empty):
+    """`function` on the decoded texts; `empty` where a line could not be decoded (None)."""
+    done = iter(function([text for text in texts if text is not None]))
+    return [empty if text is None else next(done) for text in texts]
 
 
 def _write_lines(path, lines):
@@ -194,27 +253,32 @@ def _translate(args):
     from tqdm import tqdm
 
     translator = _translator(args)
+    bad = _BadLines(args.input or "standard input")
+    empty = [] if args.nbest else ""
     if args.input:
-        sentences = _read_lines(args.input)
+        sentences = [bad.decode(*line) for line in _raw_lines(args.input)]
         with tqdm(total=len(sentences), unit=" sentences", disable=args.output is None,
                   file=sys.stderr) as bar:
-            results = translator.translate(sentences, nbest=args.nbest, progress=bar)
+            results = _run_on(lambda texts: translator.translate(
+                texts, nbest=args.nbest, progress=bar), sentences, empty)
+        if args.output:
+            _write_lines(args.output, _format(results, args))
+            print(f"wrote {len(results)} translations to {args.output}", file=sys.stderr)
+        else:
+            _emit(results, args)
     else:  # stdin: batched when piped, line by line when typed at a terminal
         batch = []
         size = 1 if sys.stdin.isatty() else args.batch_size
-        for line in sys.stdin:
-            batch.append(line)
+        for line in _raw_lines(None):
+            batch.append(bad.decode(*line))
             if len(batch) >= size:
-                _emit(translator.translate(batch, nbest=args.nbest), args)
+                _emit(_run_on(lambda texts: translator.translate(texts, nbest=args.nbest),
+                              batch, empty), args)
                 batch = []
         if batch:
-            _emit(translator.translate(batch, nbest=args.nbest), args)
-        return
-    if args.output:
-        _write_lines(args.output, _format(results, args))
-        print(f"wrote {len(results)} translations to {args.output}", file=sys.stderr)
-    else:
-        _emit(results, args)
+            _emit(_run_on(lambda texts: translator.translate(texts, nbest=args.nbest), batch,
+                          empty), args)
+    bad.check()
 
 
 def _format(results, args):
@@ -362,14 +426,18 @@ def _parse(args):
         print(json.dumps({"split": args.evaluate, "beam": args.beam, "alpha": args.alpha,
                           **scores}))
         return
-    lines = _read_lines(args.input) if args.input else [line.rstrip("\n") for line in sys.stdin]
+    bad = _BadLines(args.input or "standard input")
+    lines = [bad.decode(*line) for line in _raw_lines(args.input)]
     parser = Parser.from_run(args.run_dir, **options)
-    trees = parser.parse([" ".join(line.split()) for line in lines])
-    output = [to_string(tree) if line.strip() else "" for line, tree in zip(lines, trees)]
+    trees = _run_on(lambda texts: parser.parse([" ".join(text.split()) for text in texts]),
+                    lines, None)
+    output = [to_string(tree) if line and line.strip() else ""
+              for line, tree in zip(lines, trees)]
     if args.output:
         _write_lines(args.output, output)
     else:
         print("\n".join(output))
+    bad.check()
 
 
 def _demo(args):

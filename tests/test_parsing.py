@@ -48,3 +48,18 @@ def test_parse_command_gives_one_well_formed_tree_per_sentence(parse_run, tmp_pa
                            (lines[2], "Profits rose 5 % in the third quarter .")):
         tree = read_trees(line)[0]  # parses: brackets balanced
         assert words(tree) == sentence.split()  # repaired onto exactly the input words
+
+
+def test_parse_names_a_line_that_is_not_utf8_and_parses_the_rest(parse_run, tmp_path, capsys):
+    from keras_transformer import cli
+
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"The dog runs .\nThe \xe9 cat .\nIt rose .\n")
+    status = cli.main(["parse", "--run-dir", str(parse_run), "--input", str(source),
+                       "--beam", "2"])
+    out, err = capsys.readouterr()
+    assert status == 2
+    assert f"{source}, line 2: invalid UTF-8" in err and "byte 4 of the line" in err
+    lines = out.splitlines()
+    assert len(lines) == 3 and lines[1] == ""
+    assert words(read_trees(lines[2])[0]) == ["It", "rose", "."]

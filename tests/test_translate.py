@@ -74,3 +74,54 @@ def test_translate_command_reports_a_missing_run(tmp_path):
          str(tmp_path / "nothing")], capture_output=True, text=True, input="a dog\n")
     assert result.returncode == 2
     assert "not found" in result.stderr
+
+
+BAD_UTF8 = b"a red dog\nthe \xff cat runs\nthe tree\n"  # line 2, byte 4 of the line, 14 of all
+
+
+def test_translate_names_a_line_that_is_not_utf8_and_translates_the_rest(tiny_run, tmp_path,
+                                                                        capsys, monkeypatch):
+    import io
+
+    from keras_transformer import cli
+
+    source = tmp_path / "in.txt"
+    source.write_bytes(BAD_UTF8)
+    output = tmp_path / "out.txt"
+    status = cli.main(["translate", "--run-dir", str(tiny_run), "--input", str(source),
+                       "--output", str(output), "--beam", "1"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert (f"{source}, line 2: invalid UTF-8 (invalid start byte) at byte 4 of the line, "
+            "byte 14 of the input") in err
+    assert "1 input line(s) were not valid UTF-8 and were left empty in the output" in err
+    lines = output.read_text(encoding="utf-8").split("\n")[:-1]
+    assert len(lines) == 3 and lines[1] == "" and lines[0] and lines[2]
+
+    class Stdin:  # what a pipe gives: bytes, not a terminal
+        buffer = io.BytesIO(BAD_UTF8)
+
+        @staticmethod
+        def isatty():
+            return False
+
+    monkeypatch.setattr("sys.stdin", Stdin())
+    assert cli.main(["translate", "--run-dir", str(tiny_run), "--beam", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out.split("\n")[:3] == lines
+    assert "standard input, line 2: invalid UTF-8" in err
+
+
+def test_evaluate_refuses_a_file_that_is_not_utf8_before_decoding(tiny_run, tmp_path, capsys):
+    from keras_transformer import cli
+
+    source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
+    source.write_text("a red dog\nthe cat\nthe tree\n", encoding="utf-8")
+    reference.write_bytes(BAD_UTF8)
+    output = tmp_path / "hyp.txt"
+    status = cli.main(["evaluate", "--run-dir", str(tiny_run), "--src", str(source), "--ref",
+                       str(reference), "--output", str(output)])
+    assert status == 2
+    assert (f"{reference}, line 2: invalid UTF-8 (invalid start byte) at byte 4 of the line, "
+            "byte 14 of the input. Nothing was translated") in capsys.readouterr().err
+    assert not output.exists()
