@@ -146,12 +146,8 @@ def _prepare(args):
     from pipelines import datasets, prepared
 
     config = make_config(args.config, **{key: getattr(args, key) for key in PREPARE_KEYS})
-    data = datasets.prepare_training_data(
-        config.dataset, config.src_lang, config.tgt_lang, cache_dir=config.data_cache,
-        vocab_size=config.vocab_size, seed=config.seed, max_length=config.max_length,
-        shard_pairs=config.shard_pairs, progress=config.verbose > 0,
-        data_dir=config.data_dir, source_dir=config.source_dir,
-        text_files=config.data_arguments()["text_files"], verify=args.check)
+    data = datasets.prepare_training_data(config.dataset, **config.prepared_data_arguments(),
+                                          progress=config.verbose > 0, verify=args.check)
     print(prepared.describe(data))
     print(data.directory)
 

@@ -181,10 +181,6 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         name = dataset if dataset == "ptb" else f"{dataset}-{src_lang}-{tgt_lang}"
         return cache_dir / f"{name}-{key}", manifest
 
-    def usable(directory):  # complete, and no shard missing or cut short
-        return prepared.PreparedData.is_complete(directory) and not \
-            prepared.PreparedData(directory).damaged(checksums=verify)
-
     # Data prepared with a vocabulary trained with these settings; for a given vocabulary
     # (a run's own), that data if it was made with it, else data keyed by the vocabulary.
     directory, manifest = folder(settings)
@@ -193,14 +189,18 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         if not (prepared.PreparedData.is_complete(directory) and
                 prepared.PreparedData(directory).statistics["vocabulary_sha256"] == own):
             directory, manifest = folder({"sha256": own})
-    if usable(directory):
-        return prepared.PreparedData(directory)
-    train_pairs = load_pairs(dataset, "train", src_lang, tgt_lang, **where)  # checks files
-    if train_pairs is None:
-        raise DataError(f"The {dataset} dataset has no training files: give them "
-                        "(train_src / train_tgt).")
+    loaded = []
+
+    def pairs():  # read (and its files checked) only when something must be prepared
+        if not loaded:
+            loaded.append(load_pairs(dataset, "train", src_lang, tgt_lang, **where))
+        if loaded[0] is None:
+            raise DataError(f"The {dataset} dataset has no training files: give them "
+                            "(train_src / train_tgt).")
+        return loaded[0]
+
     train_settings = {key: value for key, value in settings.items() if key != "version"}
-    return prepared.prepare(directory, lambda: train_pairs, manifest=manifest,
+    return prepared.prepare(directory, pairs, manifest=manifest,
                             vocabulary=vocabulary, vocabulary_settings=train_settings,
                             max_length=max_length, shard_pairs=shard_pairs, progress=progress,
                             total_pairs=_size(dataset, src_lang, tgt_lang, where.get("data_dir")),

@@ -83,6 +83,9 @@ def cache_key(manifest):
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+_REDO = "delete it and run the same command again (prepare and train rebuild missing shards)"
+
+
 def _shard_name(index):
     return f"shard-{index:05d}"
 
@@ -125,53 +128,51 @@ class PreparedData:
     def shard_path(self, index):
         return self.directory / self.shards[index]["file"]
 
+    def _fault(self, index, data=None, checksums=True):
+        """What is wrong with a shard (its bytes `data`, if read), or None."""
+        record, path = self.shards[index], self.shard_path(index)
+        if data is None and not path.is_file():
+            return "is missing"
+        size = len(data) if data is not None else path.stat().st_size
+        if size != record["bytes"]:
+            return f"is truncated or damaged: {size} bytes, {record['bytes']} expected"
+        if checksums and _sha256(data if data is not None else path.read_bytes()) != \
+                record["sha256"]:
+            return "is damaged (its SHA-256 differs from the one recorded)"
+        return None
+
     def damaged(self, indices=None, checksums=True):
         """[(index, what is wrong)] of the shards that are missing, of another size than
         recorded or, with `checksums`, of another SHA-256."""
-        found = []
-        for index in range(len(self.shards)) if indices is None else indices:
-            record, path = self.shards[index], self.shard_path(index)
-            if not path.is_file():
-                found.append((index, "is missing"))
-            elif path.stat().st_size != record["bytes"]:
-                found.append((index, f"is truncated or damaged: {path.stat().st_size} bytes, "
-                                     f"{record['bytes']} expected"))
-            elif checksums and _sha256(path.read_bytes()) != record["sha256"]:
-                found.append((index, "is damaged (its SHA-256 differs from the one recorded)"))
-        return found
+        indices = range(len(self.shards)) if indices is None else indices
+        faults = [(index, self._fault(index, checksums=checksums)) for index in indices]
+        return [(index, what) for index, what in faults if what]
 
     def check(self, indices=None, checksums=True):
         """Checks shards before training reads them (`damaged`); raises DataError naming the
         first bad file, what is wrong, and what to do."""
         for index, what in self.damaged(indices, checksums)[:1]:
-            raise DataError(f"prepared shard {self.shard_path(index)} {what}; delete it and run "
-                            "the same command again (prepare and train rebuild missing shards).")
-
-    def _verified_bytes(self, index):
-        record, path = self.shards[index], self.shard_path(index)
-        data = path.read_bytes()
-        if len(data) != record["bytes"] or _sha256(data) != record["sha256"]:
-            what = (f"{len(data)} bytes, {record['bytes']} expected" if len(data) !=
-                    record["bytes"] else "its SHA-256 differs from the one recorded")
-            raise DataError(f"prepared shard {path} is damaged ({what}); delete it and run "
-                            "the same command again (prepare and train rebuild missing shards).")
-        return data
+            raise DataError(f"prepared shard {self.shard_path(index)} {what}; {_REDO}")
 
     def load(self, index, names=ARRAYS, verify=True):
         """The arrays of one shard ({name: array}); `verify` checks its checksum first."""
         path = self.shard_path(index)
         try:
-            data = self._verified_bytes(index) if verify else path.read_bytes()
+            data = path.read_bytes()
+            what = self._fault(index, data) if verify else None
+            if what:
+                raise DataError(f"prepared shard {path} {what}; {_REDO}")
             with np.load(io.BytesIO(data)) as arrays:
                 return {name: arrays[name] for name in names}
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-            raise DataError(f"prepared shard {path} cannot be read ({error}); delete it and run "
-                            "the same command again (prepare and train rebuild missing "
-                            "shards).") from None
+            raise DataError(f"prepared shard {path} cannot be read ({error}); {_REDO}") \
+                from None
 
-    def lengths(self, index):
-        """(source lengths, target lengths) of a shard's pairs, with their specials."""
-        arrays = self.load(index, ("src_len", "tgt_len"), verify=False)
+    def lengths(self, index, arrays=None):
+        """(source lengths, target lengths) of a shard's pairs, with their specials (EOS;
+        BOS and EOS), from its loaded `arrays` or read from the file."""
+        if arrays is None:
+            arrays = self.load(index, ("src_len", "tgt_len"), verify=False)
         return arrays["src_len"].astype(np.int64) + 1, arrays["tgt_len"].astype(np.int64) + 2
 
 
@@ -553,11 +554,7 @@ class BatchPlan:
     def _lengths(self, index, arrays=None):
         """(source lengths, target lengths, their pair indices) of the shard's pairs that fit
         `max_length` (all of them unless it is below the prepared one)."""
-        if arrays is None:
-            src_len, tgt_len = self.data.lengths(index)
-        else:
-            src_len = arrays["src_len"].astype(np.int64) + 1
-            tgt_len = arrays["tgt_len"].astype(np.int64) + 2
+        src_len, tgt_len = self.data.lengths(index, arrays)
         kept = np.flatnonzero((src_len <= self.max_length) & (tgt_len <= self.max_length))
         return src_len[kept], tgt_len[kept], kept
 
@@ -585,9 +582,9 @@ class BatchPlan:
         batches = []
         for index in shards:
             arrays = self.data.load(index)
-            for side in ("src", "tgt"):
-                lengths = arrays[f"{side}_len"].astype(np.int64)
-                arrays[f"{side}_off"] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            for side in ("src", "tgt"):  # once per shard: the batches index into these
+                arrays[f"{side}_n"] = arrays[f"{side}_len"].astype(np.int64)
+                arrays[f"{side}_off"] = np.concatenate([[0], np.cumsum(arrays[f"{side}_n"])[:-1]])
             src_len, tgt_len, kept = self._lengths(index, arrays)
             shuffle = np.random.default_rng([self.seed, epoch, index]).permutation(len(kept))
             order, starts = cut_batches(src_len[shuffle], tgt_len[shuffle], self.bounds,
@@ -602,8 +599,7 @@ class BatchPlan:
         return [batches[i] for i in mix.permutation(len(batches))]
 
     def _tensors(self, arrays, rows):
-        src_len = arrays["src_len"].astype(np.int64)
-        tgt_len = arrays["tgt_len"].astype(np.int64)
+        src_len, tgt_len = arrays["src_n"], arrays["tgt_n"]
         width_src = int(src_len[rows].max()) + 1
         width_tgt = int(tgt_len[rows].max()) + 2
         num_rows = len(rows)

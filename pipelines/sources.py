@@ -94,9 +94,12 @@ def _strip_and_keep(src, tgt):
     return tf.boolean_mask(src, keep), tf.boolean_mask(tgt, keep)
 
 
-def drop_empty_pairs(chunk=1024):
-    """Dataset -> Dataset: strips both sides and removes pairs where either is empty (a chunk
-    of pairs at a time: per-element tf.data functions would cost more than the work)."""
+CHUNK = 1024  # pairs cleaned together (per-element tf.data functions cost more than the work)
+
+
+def drop_empty_pairs(chunk=CHUNK):
+    """Dataset -> Dataset: strips both sides and removes pairs where either is empty, a chunk
+    of pairs at a time."""
 
     def apply(dataset):
         return dataset.batch(chunk).map(_strip_and_keep).unbatch()
@@ -119,8 +122,7 @@ def parallel_text(src_path, tgt_path, check=True):
         log.warning("%s / %s: skipping %d pairs with an empty side (%d pairs kept)",
                     src_path, tgt_path, stats.empty_skipped, stats.pairs)
     # Lines are read, zipped and cleaned a chunk at a time, then handed on one pair at a time.
-    chunk = 1024
-    dataset = tf.data.Dataset.zip((_lines(src_path).batch(chunk), _lines(tgt_path).batch(chunk)))
+    dataset = tf.data.Dataset.zip((_lines(src_path).batch(CHUNK), _lines(tgt_path).batch(CHUNK)))
     return dataset.map(_strip_and_keep).unbatch(), stats
 
 

@@ -171,6 +171,13 @@ class TrainConfig:
                     text_files={"train": (self.train_src, self.train_tgt),
                                 "dev": (self.dev_src, self.dev_tgt)})
 
+    def prepared_data_arguments(self):
+        """What `pipelines.datasets.prepare_training_data` needs after the dataset."""
+        return dict(src_lang=self.src_lang, tgt_lang=self.tgt_lang, cache_dir=self.data_cache,
+                    vocab_size=self.vocab_size, seed=self.seed, max_length=self.max_length,
+                    shard_pairs=self.shard_pairs, data_dir=self.data_dir,
+                    source_dir=self.source_dir, text_files=self.data_arguments()["text_files"])
+
     def continued(self, requested):
         """This (saved, resolved) config continued with `requested`, the config of a command
         that resumes the run: the saved architecture and settings win, `requested` may change

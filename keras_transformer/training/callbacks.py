@@ -54,13 +54,13 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
 
     def on_train_begin(self, logs=None):
-        self.last_step = self.step_fn()  # a resumed run has that checkpoint already
+        # Nothing to save before the first update (a resumed run has its checkpoint already;
+        # under accumulation the first batches leave the step at 0).
+        self.last_step = self.step_fn()
 
     def on_train_batch_end(self, batch, logs=None):
         self.batches += 1
         step = self.step_fn()
-        if step == 0:  # the first batches of an accumulated step: nothing trained yet
-            return
         if self.steps and step % self.steps == 0:
             self.save(f"every {self.steps} steps")
         elif self.minutes and time.monotonic() - self.last_time >= 60 * self.minutes:

@@ -105,12 +105,9 @@ def train_dataset(data, config, strategy, start, counter):
 def training_data(run, config, chief):
     """The run's prepared training data (from the cache, else prepared now) and tokenizer. A
     run that has a vocabulary keeps it; a new run takes the prepared data's."""
-    data = datasets.prepare_training_data(
-        config.dataset, config.src_lang, config.tgt_lang, cache_dir=config.data_cache,
-        vocab_size=config.vocab_size, vocabulary=run.vocabulary_bytes(), seed=config.seed,
-        max_length=config.max_length, shard_pairs=config.shard_pairs,
-        progress=chief and config.verbose > 0, data_dir=config.data_dir,
-        source_dir=config.source_dir, text_files=config.data_arguments()["text_files"])
+    data = datasets.prepare_training_data(config.dataset, **config.prepared_data_arguments(),
+                                          vocabulary=run.vocabulary_bytes(),
+                                          progress=chief and config.verbose > 0)
     if chief:
         tokenizer = run.use_vocabulary(data.tokenizer_path, {
             "vocab_size": data.statistics["vocab_size"],
