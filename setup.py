@@ -10,6 +10,7 @@ INSTALL_REQUIRES = [
     "tensorflow-datasets==4.9.10",
     "importlib_resources==6.5.2",  # used by tensorflow-datasets, not declared by it
     "sacrebleu==2.6.0",
+    "sacremoses==0.2.0",  # the Multi30k literature's BLEU convention (Moses tokenization)
     "tensorboard==2.21.0",
     "sentencepiece==0.2.3",
     "numpy>=1.26,<3",
@@ -33,6 +34,6 @@ setup(
     python_requires=">=3.10,<3.13",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
-    entry_points={"console_scripts": ["keras-transformer=keras_transformer.cli:main"]},
+    entry_points={"console_scripts": ["keras-transformer=keras_transformer.cli:console_main"]},
     license="Apache-2.0",
 )

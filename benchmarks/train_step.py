@@ -4,8 +4,8 @@
     python benchmarks/train_step.py --preset base --batch 780 --grad-accum-steps 6   # 25k tokens
     python benchmarks/train_step.py --preset base --profile /tmp/profile             # top ops
 
-Measures the machine's fp32 matmul peak in the same run, trains the preset with `model.fit` on
-random ids (source and target both (batch, length)) after a warm-up, and prints one JSON line.
+Measures the machine's fp32 matmul peak in the same run, compiles the preset as `keras-transformer
+train` does (`training.trainer.compile_model`), trains it with `model.fit` on random ids (source and target both (batch, length)) after a warm-up, and prints one JSON line.
 
 Model FLOPs per step count the matrix multiplications the model must do, forward and backward
 (x3 the forward): 2 x (encoder matmul parameters) x source tokens + 2 x (decoder matmul
@@ -30,6 +30,8 @@ import tensorflow as tf  # noqa: E402
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy  # noqa: E402
 from keras_transformer.training.optimizer import paper_optimizer  # noqa: E402
+from keras_transformer.training.trainer import compile_model  # noqa: E402
+from keras_transformer.runs import make_config  # noqa: E402
 
 
 def matmul_params(layer):
@@ -94,12 +96,13 @@ def main(argv=None):
     peak = measure_matmul_peak()
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
-    model.compile(
-        optimizer=paper_optimizer(model.d_model, grad_accum_steps=accum,
-                                  fused=not args.keras_adam),
-        loss=LabelSmoothedCrossEntropy(0.1),
-        jit_compile=args.xla,
-    )
+    if args.keras_adam:
+        model.compile(optimizer=paper_optimizer(model.d_model, grad_accum_steps=accum,
+                                                fused=False),
+                      loss=LabelSmoothedCrossEntropy(0.1), jit_compile=args.xla)
+    else:  # exactly what `keras-transformer train` compiles (loss, optimizer, metrics if any)
+        compile_model(model, make_config(preset=args.preset, grad_accum_steps=accum,
+                                         xla=args.xla).resolved())
     shape = (args.batch // accum, args.length)  # one micro-batch
     rng = np.random.default_rng(0)
     src, tgt_in, labels = (rng.integers(1, args.vocab_size, shape).astype("int32")

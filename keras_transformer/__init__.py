@@ -4,6 +4,7 @@ The folders are the floors of the architecture; a module imports only from its o
 the floors before it:
 
     errors, defaults     the error rule and the defaults several commands share
+    console              the command's quiet console (native logs hidden unless --verbose)
     layers/              attention, embeddings, feed-forward, encoder, decoder
     models/              the Transformer model and its presets
     runs/                a run directory (Run) and its config (TrainConfig)
@@ -26,6 +27,12 @@ import sys
 
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# The keras-transformer command hides native libraries' logs unless --verbose; this must come
+# before TensorFlow is imported below.
+from keras_transformer import console  # noqa: E402
+
+console.quiet_unless_verbose(sys.argv)
 
 from keras_transformer import layers  # noqa: E402,F401  (registers the layers)
 from keras_transformer.models import PAD_ID, PRESETS, Transformer, get_preset, preset_names  # noqa: E402

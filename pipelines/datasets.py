@@ -94,6 +94,20 @@ def split_texts(dataset, split, src_lang="en", tgt_lang="de", limit=None, **wher
     return pair_texts(pairs, limit)
 
 
+def official_tokenized_references(dataset, split, lang, source_dir=None):
+    """The official lowercased, normalized, tokenized references of a Multi30k val or test2016
+    split (`tok/*.lc.norm.tok.LANG` beside the raw files) as a list of lines, or None when the
+    dataset has none or the file is not here."""
+    if dataset != "multi30k" or split not in ("dev", "test"):
+        return None
+    source_dir = source_dir or sources.default_multi30k_dir()
+    stem = {"dev": "val", "test": "test_2016_flickr"}[split]
+    path = pathlib.Path(source_dir or ".") / "tok" / f"{stem}.lc.norm.tok.{lang}"
+    if not source_dir or not path.is_file():
+        return None
+    return path.read_text(encoding="utf-8").splitlines()
+
+
 def _train_files(dataset, src_lang, tgt_lang, source_dir, text_files):
     """The local files a dataset's training pairs come from ([] for tfds downloads)."""
     _check(dataset, "train")

@@ -34,6 +34,13 @@ def _expand_mask(mask):
     )
 
 
+def mask_bias(mask):
+    """Boolean mask (B, S) or (B, T, S) -> float32 bias (B, 1, 1 or T, S): 0 where True, a
+    large negative number where False (its softmax weight is exactly 0)."""
+    allowed = ops.cast(_expand_mask(mask), "float32")
+    return (1.0 - allowed) * large_negative("float32")
+
+
 @keras.saving.register_keras_serializable(package="keras_transformer")
 class ScaledDotProductAttention(keras.layers.Layer):
     """softmax(Q K^T / sqrt(d_k)) V with boolean masking.
@@ -72,7 +79,10 @@ class ScaledDotProductAttention(keras.layers.Layer):
         scores = ops.einsum("bhtd,bhsd->bhts", query, key)  # (B, H, T, S)
         scores = ops.cast(scores, "float32")
         if attention_mask is not None:
-            scores = ops.where(_expand_mask(attention_mask), scores, large_negative("float32"))
+            # An additive bias (0 where allowed) rather than a select: the addition's gradient
+            # passes through unchanged, while a select costs a pass over the (B, H, T, S)
+            # scores forward and another backward.
+            scores = scores + mask_bias(attention_mask)
         weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         weights = self.dropout_layer(weights, training=training)
         output = ops.einsum("bhts,bhsd->bhtd", weights, value)  # (B, H, T, d_v)
@@ -172,6 +182,21 @@ class MultiHeadAttention(keras.layers.Layer):
         x = ops.reshape(x, (batch, length, self.num_heads, head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
+    def _fused_projection(self, inputs, layers):
+        """inputs (B, T, d_model) through several of the Dense projections at once: one matmul
+        with their kernels side by side (small models spend much of a step on per-op
+        overhead, and one wide matmul runs closer to the machine's peak than three narrow
+        ones). The weights stay separate variables, so checkpoints do not change."""
+        dtype = self.compute_dtype
+        kernel = ops.concatenate([ops.cast(layer.kernel, dtype) for layer in layers], axis=1)
+        outputs = ops.matmul(inputs, kernel)
+        if self.use_bias:
+            outputs = outputs + ops.concatenate([ops.cast(layer.bias, dtype)
+                                                 for layer in layers], axis=0)
+        sizes = [layer.units for layer in layers]
+        splits = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
+        return ops.split(outputs, splits, axis=-1)
+
     def compute_key_value(self, value):
         """Projects `value` (B, S, d_model) into per-head keys and values.
 
@@ -180,9 +205,9 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             (keys (B, H, S, d_k), values (B, H, S, d_v)).
         """
-        keys = self._split_heads(self.key_dense(value), self.key_dim)
-        values = self._split_heads(self.value_dense(value), self.value_dim)
-        return keys, values
+        keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
+        return (self._split_heads(keys, self.key_dim),
+                self._split_heads(values, self.value_dim))
 
     def call(
         self,
@@ -194,11 +219,19 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
-        queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B, H, T, d_k)
         if cache is not None and cache_index is None:
             keys, values = cache  # precomputed cross-attention keys/values
+            queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B, H, T, d_k)
         else:
-            keys, values = self.compute_key_value(query if value is None else value)
+            if value is None:  # self-attention: Q, K and V in one matmul
+                queries, keys, values = self._fused_projection(
+                    query, (self.query_dense, self.key_dense, self.value_dense))
+            else:
+                queries = self.query_dense(query)
+                keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
+            queries = self._split_heads(queries, self.key_dim)  # (B, H, T, d_k)
+            keys = self._split_heads(keys, self.key_dim)  # (B, H, S, d_k)
+            values = self._split_heads(values, self.value_dim)  # (B, H, S, d_v)
             if cache is not None:
                 keys = update_cache(cache[0], keys, cache_index)
                 values = update_cache(cache[1], values, cache_index)

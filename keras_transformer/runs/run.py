@@ -381,23 +381,26 @@ class Run:
                             path, type(error).__name__, _first_line(error))
         return None
 
-    def average(self, last_k, model=None):
-        """The mean of the weights of the last `last_k` checkpoints. A damaged one is named in
-        a warning and skipped (the average then has one checkpoint fewer).
+    def average(self, last_k, model=None, every=1):
+        """The mean of the weights of the last `last_k` checkpoints, taking every `every`-th
+        one counting back from the newest (every=2: the newest, the third newest, ...). A
+        damaged one is named in a warning and skipped (the average then has one fewer).
 
         Returns:
             (model, paths averaged, oldest first). `model` defaults to a new `build_model()`.
         """
-        if last_k < 1:
-            raise ValueError(f"last_k={last_k} must be at least 1.")
+        if last_k < 1 or every < 1:
+            raise ValueError(f"last_k={last_k} and every={every} must be at least 1.")
         paths = self.checkpoints()
         if not paths:
             raise RunError(f"No checkpoints found in {self.checkpoint_dir}.")
-        if last_k > len(paths):
-            log.warning("Asked to average %d checkpoints; %s has only %d.", last_k,
-                        self.checkpoint_dir, len(paths))
+        chosen = paths[::-1][::every][:last_k][::-1]
+        if len(chosen) < last_k:
+            log.warning("Asked to average %d checkpoints%s; %s has only %d.", last_k,
+                        f" {every} apart" if every > 1 else "", self.checkpoint_dir,
+                        len(chosen))
         model = model or self.build_model()
-        used = average_checkpoints(model, paths[-last_k:], skip_damaged=True)
+        used = average_checkpoints(model, chosen, skip_damaged=True)
         return model, used
 
     # Summaries.

@@ -1,13 +1,16 @@
-"""The main job, end to end on Multi30k: vocabulary, training, checkpoint averaging chosen on
-val, test2016 evaluation with beam 4, SavedModel export, example translations, a summary.
+"""The main job, end to end on Multi30k: vocabulary, training, checkpoint averaging and length
+penalty chosen on val, test2016 evaluation with beam 4, SavedModel export, example translations,
+a summary.
 
-    keras-transformer demo                 # quick: about 12 minutes of training on 2 cores
-    keras-transformer demo --full          # the full recipe: 95 minutes of training
+    keras-transformer demo                 # quick: 2,400 steps (about 25 minutes on 2 cores)
+    keras-transformer demo --full          # the full recipe: 8,000 steps (80-100 minutes)
     keras-transformer demo --tgt-lang fr   # the same recipe for English -> French
 
-The recipe is the `multi30k` preset with the settings below; only the training time (and the
-checkpoint spacing that follows from it) differs between the quick and the full run. Every
-choice the job makes (which checkpoints to average) is made on val; test2016 is only reported.
+The recipe is the `multi30k-tiny` preset with the settings below; the quick and the full run
+differ only in their number of optimizer steps (and the checkpoints kept for averaging). Both
+are bounded by steps, not by the clock, so every machine trains the same model. Every choice
+the job makes (which checkpoints to average, the length penalty) is made on val; test2016 is
+decoded once, at the end, and only reported.
 """
 
 import logging
@@ -20,40 +23,51 @@ from pipelines import datasets
 
 log = logging.getLogger(__name__)
 
-# Training settings of the recipe (beyond the preset's architecture and dropout).
+# Training settings of the recipe (beyond the preset's architecture and dropout). Peak learning
+# rate 0.005 at step 2000 (lr_scale * d_model^-0.5 * warmup^-0.5), then inverse square root.
 RECIPE = dict(
-    preset="multi30k", dataset="multi30k", vocab_size=8000, tokens_per_batch=4096,
-    max_length=MAX_LENGTH, train_steps=100_000, eval_steps=500, keep_checkpoints=10,
-    checkpoint_minutes=30,
+    preset="multi30k-tiny", dataset="multi30k", vocab_size=10_000, tokens_per_batch=4096,
+    max_length=MAX_LENGTH, warmup_steps=2000, lr_scale=2.53, eval_steps=500,
+    checkpoint_minutes=10_000,  # checkpoints by steps only: evenly spaced for averaging
 )
-QUICK = dict(time_limit_minutes=12, checkpoint_steps=100)
-FULL = dict(time_limit_minutes=95, checkpoint_steps=400)
-AVERAGE_CANDIDATES = (1, 3, 5, 8)  # last-k checkpoints tried; 1 = the final weights
-VAL_SENTENCES = 500  # val sentences decoded (greedy) to choose among the candidates
+# Both recipes are bounded by optimizer steps, never by the clock: every machine trains the
+# same model (a slower one takes longer).
+QUICK = dict(train_steps=2400, checkpoint_steps=100, keep_checkpoints=10)
+FULL = dict(train_steps=8000, checkpoint_steps=100, keep_checkpoints=40)
+# Weights tried on val: (k, j) = the average of the last k checkpoints taken j apart (every
+# j-th one counting back from the newest); (1, 1) is the final weights.
+AVERAGE_CANDIDATES = ((1, 1), (5, 1), (10, 1), (5, 2), (10, 2), (20, 1), (20, 2))
+ALPHAS = (0.6, 1.0, 1.4)  # GNMT length penalties tried on val with the beam (paper: 0.6)
+VAL_SENTENCES = 500  # val sentences decoded to make those choices
 TRAIN_SUMMARY, SUMMARY = "train_summary.json", "summary.json"  # files the job adds to the run
 EXAMPLES = ["A little girl climbs into a wooden playhouse.",
             "Two men are playing chess in the park.",
             "A dog is running through the snow."]
 
 
+def _label(k, every):
+    if k == 1:
+        return "final weights"
+    return f"average of the last {k} checkpoints" + (f", {every} apart" if every > 1 else "")
+
+
 def _choose_weights(run, sources, references):
-    """Final weights or an average of the last k checkpoints, whichever has the best greedy
-    sacreBLEU on the given val sentences. Returns (model, label, val scores)."""
+    """Final weights or an average of checkpoints (AVERAGE_CANDIDATES), whichever has the best
+    greedy sacreBLEU on the given val sentences. Returns (model, label, val scores)."""
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
 
     config, tokenizer = run.config, run.tokenizer()
     available = len(run.checkpoints())
     results, best = {}, None
-    for k in AVERAGE_CANDIDATES:
-        if k > 1 and k > available:
+    for k, every in AVERAGE_CANDIDATES:
+        if k > 1 and (k - 1) * every + 1 > available:
             continue
+        label = _label(k, every)
         if k == 1:
             model = run.load_model(prefer_averaged=False)
-            label = "final weights"
         else:
-            model, _ = run.average(k)
-            label = f"average of the last {k} checkpoints"
+            model, _ = run.average(k, every=every)
         translator = Translator(model, tokenizer, beam_size=1,
                                 max_input_length=config.max_length)
         bleu = score(translator.translate(sources), references)["sacrebleu"]
@@ -65,8 +79,28 @@ def _choose_weights(run, sources, references):
     return best[0], best[1], results
 
 
+def _choose_alpha(model, tokenizer, config, sources, references, beam):
+    """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given val
+    sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)})."""
+    import sacrebleu
+
+    from keras_transformer.decoding.translate import Translator
+
+    results, best = {}, None
+    for alpha in ALPHAS:
+        translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
+                                max_input_length=config.max_length)
+        bleu = sacrebleu.corpus_bleu(translator.translate(sources), [references])
+        results[alpha] = (round(bleu.score, 2), round(bleu.bp, 3))
+        print(f"  val (first {len(sources)} sentences, beam {beam}): alpha {alpha}: sacreBLEU "
+              f"{bleu.score:.2f} (brevity penalty {bleu.bp:.3f})", flush=True)
+        if best is None or bleu.score > best[1]:
+            best = (alpha, bleu.score)
+    return best[0], results
+
+
 def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="saved_models",
-        time_limit_minutes=None):
+        train_steps=None):
     """Runs the main job; returns the summary dict (also written to RUN_DIR/summary.json)."""
     import tensorflow as tf
     from absl import logging as absl_logging
@@ -83,8 +117,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     mode = "full" if full else "quick"
     settings = {**RECIPE, **(FULL if full else QUICK)}
-    if time_limit_minutes is not None:
-        settings["time_limit_minutes"] = time_limit_minutes
+    if train_steps is not None:
+        settings["train_steps"] = train_steps
     name = f"multi30k-{src_lang}-{tgt_lang}-{mode}"
     run_dir = pathlib.Path(output_dir or pathlib.Path("runs") / name)
     config = make_config(None, src_lang=src_lang, tgt_lang=tgt_lang, output_dir=str(run_dir),
@@ -92,9 +126,9 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     started = time.monotonic()
     summary = {"job": f"Multi30k {src_lang}->{tgt_lang}, {mode} recipe", "run_dir": str(run_dir)}
 
-    beam, alpha = TRANSLATION.beam_size, TRANSLATION.alpha
+    beam = TRANSLATION.beam_size
     run = Run(run_dir)
-    print(f"== 1/5 training ({mode}: at most {settings['time_limit_minutes']} minutes) "
+    print(f"== 1/5 training ({mode}: {settings['train_steps']} optimizer steps) "
           f"-> {run_dir}", flush=True)
     if run.has_model():
         print(f"{run_dir} holds a trained model: training is done (delete {run_dir} to train "
@@ -105,8 +139,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         run.write_json(TRAIN_SUMMARY, summary["training"])
     config, tokenizer = run.config, run.tokenizer()
 
-    print("== 2/5 choosing the weights on val (final, or the average of the last k "
-          "checkpoints)", flush=True)
+    print("== 2/5 choosing on val: the weights (final, or an average of checkpoints), then "
+          "the length penalty", flush=True)
     texts = {split: datasets.split_texts(config.dataset, split, **config.data_arguments())
              for split in ("dev", "test")}  # each split read once
     dev_sources, dev_references = texts["dev"]
@@ -116,6 +150,11 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     summary["weights"] = chosen
     summary["val_greedy_sacrebleu"] = val_scores
     print(f"chosen: {chosen} -> {averaged}", flush=True)
+    alpha, alpha_scores = _choose_alpha(model, tokenizer, config, dev_sources[:VAL_SENTENCES],
+                                        dev_references[:VAL_SENTENCES], beam)
+    summary["alpha"] = alpha
+    summary["val_beam_sacrebleu_by_alpha"] = {str(a): v for a, v in alpha_scores.items()}
+    print(f"chosen: alpha {alpha}", flush=True)
 
     print(f"== 3/5 test2016 with beam {beam}, alpha {alpha}", flush=True)
     translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
@@ -128,8 +167,12 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
                   file=sys.stderr) as bar:
             hypotheses = translator.translate(sources, progress=bar)
         write_lines(run.hypotheses_path(key, beam), hypotheses)
-        result = score(hypotheses, references)
+        official = datasets.official_tokenized_references(config.dataset, split,
+                                                          config.tgt_lang, config.source_dir)
+        result = score(hypotheses, references, lang=config.tgt_lang,
+                       tokenized_references=official)
         summary[key] = {k: result[k] for k in ("sacrebleu", "chrf", "tokenized_bleu",
+                                               "literature_bleu", "literature_references",
                                                "sacrebleu_signature")}
         print(f"{key}: " + "\n  ".join(result["lines"]), flush=True)
 
@@ -141,7 +184,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
 
     print("== 5/5 example translations through the exported SavedModel", flush=True)
     loaded = tf.saved_model.load(str(path))
-    outputs = loaded.serve(tf.constant(EXAMPLES))["translations"].numpy()
+    outputs = loaded.serve(tf.constant(EXAMPLES), beam_size=tf.constant(beam),
+                           alpha=tf.constant(alpha, tf.float32))["translations"].numpy()
     summary["examples"] = {}
     for source, output in zip(EXAMPLES, outputs):
         summary["examples"][source] = output.decode("utf-8")
@@ -156,12 +200,15 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         print(f"  training: {training.get('step')} steps in {training.get('seconds', 0) / 60:.1f}"
               f" min ({training.get('stopped')}); dev perplexity "
               f"{training.get('val_perplexity', float('nan')):.2f}")
-    print(f"  weights: {chosen}")
-    if "val" in summary:
-        print(f"  val sacreBLEU {summary['val']['sacrebleu']:.2f} (beam {beam})")
-    print(f"  test2016 sacreBLEU "
-          f"{summary['test2016']['sacrebleu']:.2f} (chrF {summary['test2016']['chrf']:.2f}), "
-          f"beam {beam}; {summary['test2016']['sacrebleu_signature']}")
+    print(f"  weights: {chosen}; length penalty alpha {alpha} (both chosen on val)")
+    for key in ("val", "test2016"):
+        if key in summary:
+            result = summary[key]
+            print(f"  {key}: sacreBLEU {result['sacrebleu']:.2f} (chrF {result['chrf']:.2f}), "
+                  f"beam {beam}; {result['sacrebleu_signature']}")
+            print(f"  {key}: BLEU {result['literature_bleu']:.2f} in the Multi30k literature "
+                  f"convention (lowercased, Moses-tokenized, {result['literature_references']}"
+                  " references)")
     print(f"  SavedModel: {path}")
     print(f"  whole job: {summary['job_minutes']} min; details in {run.file(SUMMARY)}",
           flush=True)

@@ -1,4 +1,4 @@
-"""Keras callbacks of a training run: checkpoints, dev evaluation, stopping, NaN guard.
+"""Keras callbacks of a training run: progress, checkpoints, dev evaluation, stopping, NaN guard.
 
 Each takes `step_fn`, which returns the current optimizer step: under gradient accumulation
 Keras' batch counter is not the step.
@@ -10,6 +10,7 @@ import time
 
 import keras
 import tensorflow as tf
+from tqdm import tqdm
 
 from keras_transformer.errors import UserError
 from keras_transformer.training.metrics import Perplexity, TokenAccuracy
@@ -19,6 +20,66 @@ log = logging.getLogger(__name__)
 
 class TrainingError(UserError):
     """Training cannot go on; the message says why and what to do."""
+
+
+def _say(line):
+    """Prints a line without breaking an active progress bar."""
+    tqdm.write(line)
+
+
+class Progress(keras.callbacks.Callback):
+    """One progress bar over the run's optimizer steps (not Keras' epochs): "step k of
+    train_steps", the loss, source + target tokens/s since this process began training, elapsed
+    time and an ETA from the measured step rate. A resumed run starts the bar at its step, so
+    the rate and the ETA count only the steps trained now.
+
+    Args:
+        step_fn: returns the current optimizer step.
+        total_steps: the run's train_steps.
+        tokens: a scalar variable counting the tokens handed to training (or None).
+        interval: seconds between refreshes (None: 1 s on a terminal, 30 s in a log file).
+    """
+
+    def __init__(self, step_fn, total_steps, tokens=None, interval=None, file=None):
+        super().__init__()
+        self.step_fn, self.total_steps, self.tokens = step_fn, total_steps, tokens
+        self.interval, self.file = interval, file
+        self.bar = None
+
+    def on_train_begin(self, logs=None):
+        import sys
+
+        file = self.file or sys.stderr
+        interval = self.interval
+        if interval is None:
+            interval = 1.0 if getattr(file, "isatty", lambda: False)() else 30.0
+        self._start_tokens = int(self.tokens.numpy()) if self.tokens is not None else 0
+        self._start_time = time.monotonic()
+        self.bar = tqdm(total=self.total_steps, initial=self.step_fn(), desc="training",
+                        unit=" steps", file=file, mininterval=interval, maxinterval=interval,
+                        smoothing=0.05, dynamic_ncols=True,
+                        bar_format="{desc}: step {n}/{total} ({percentage:3.0f}%) |{bar}| "
+                                   "[{elapsed}<{remaining}, {rate_fmt}]{postfix}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_fn()
+        if step <= self.bar.n:  # between accumulated updates
+            return
+        self.bar.update(step - self.bar.n)
+        now = time.monotonic()
+        if now - getattr(self, "_last_postfix", 0.0) >= self.bar.mininterval:
+            self._last_postfix = now
+            postfix = {}
+            if logs and "loss" in logs:
+                postfix["loss"] = f"{float(logs['loss']):.3f}"
+            if self.tokens is not None:
+                tokens = int(self.tokens.numpy()) - self._start_tokens
+                postfix["tokens/s"] = f"{tokens / max(now - self._start_time, 1e-9):,.0f}"
+            self.bar.set_postfix(postfix, refresh=False)
+
+    def on_train_end(self, logs=None):
+        if self.bar is not None:
+            self.bar.close()
 
 
 class PeriodicCheckpoint(keras.callbacks.Callback):
@@ -125,7 +186,8 @@ class Validation(keras.callbacks.Callback):
         results = self.evaluate()
         if logs is not None:
             logs.update(results)
-        print("validation: " + ", ".join(f"{k} {v:.4f}" for k, v in results.items()), flush=True)
+        _say(f"step {self.step_fn()}: validation: "
+             + ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
 
 
 class DevBleu(keras.callbacks.Callback):
@@ -152,8 +214,7 @@ class DevBleu(keras.callbacks.Callback):
         hypotheses = self._translator.translate(self.sources)
         bleu = sacrebleu.corpus_bleu(hypotheses, [self.references])
         self.history.append((step, bleu.score))
-        print(f"\nstep {step}: dev BLEU (greedy, {len(self.sources)} sentences) "
-              f"{bleu.score:.2f}", flush=True)
+        _say(f"step {step}: dev BLEU (greedy, {len(self.sources)} sentences) {bleu.score:.2f}")
 
 
 class StopAt(keras.callbacks.Callback):
