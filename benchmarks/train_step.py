@@ -96,6 +96,7 @@ def main(argv=None):
     peak = measure_matmul_peak()
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
+    model.build()
     if args.keras_adam:
         model.compile(optimizer=paper_optimizer(model.d_model, grad_accum_steps=accum,
                                                 fused=False),

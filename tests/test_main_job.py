@@ -52,7 +52,7 @@ def test_literature_bleu_lowercases_tokenizes_and_escapes():
 
 def test_both_recipes_are_bounded_by_steps_not_by_the_clock():
     for mode in (main_job.QUICK, main_job.FULL):
-        config = make_config(None, **main_job.RECIPE, **mode).resolved()
+        config = make_config(None, **mode).resolved()
         assert config.time_limit_minutes is None and config.train_steps == mode["train_steps"]
         # Checkpoints by steps only, so averaging candidates are evenly spaced.
         assert config.checkpoint_minutes * 60 > config.train_steps * 60
