@@ -20,7 +20,9 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5"],
+    # keras-transformer export --format ctranslate2, translate --engine ctranslate2
+    "ctranslate2": ["ctranslate2==4.8.5"],
+    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "ctranslate2==4.8.5"],
 }
 
 setup(

@@ -1,21 +1,30 @@
-"""Decoding speed: beam search (or greedy with --beam 1) of a preset with random weights.
+"""Decoding speed: beam search (or greedy with --beam 1) of a preset with random weights, ours
+and, with --engine ctranslate2, CTranslate2's on the same weights in the same run.
 
     python benchmarks/decode.py --preset base [--batch 32 --src-len 30 --out-len 30 --beam 4]
+    python benchmarks/decode.py --preset base --engine ctranslate2            # both engines
+    python benchmarks/decode.py --preset base --engine ctranslate2 --quantize int8
+    python benchmarks/decode.py --preset base --batch 1 --src-len 15 --out-len 15 --engine ctranslate2
+    python benchmarks/decode.py --preset base --profile /tmp/decode-profile    # top ops
 
 Every hypothesis is forced to exactly `out-len` tokens (EOS is masked before and forced at the
-last position), so runs are comparable whatever the weights. Prints one JSON line;
-target_tokens_per_s counts the batch x out-len output tokens (the returned translations), not
-the beam x batch x out-len tokens scored along the way.
+last position; CTranslate2: minimum and maximum decoding length), so runs are comparable
+whatever the weights. Prints one JSON line; target_tokens_per_s counts the batch x out-len
+output tokens (the returned translations), not the beam x batch x out-len tokens scored along
+the way. With --engine ctranslate2 the model is exported through `keras-transformer export
+--format ctranslate2`'s code (`keras_transformer.export.ct2`), both engines use --threads
+threads, and `ratio_vs_ctranslate2` is our tokens/s over CTranslate2's (> 1: ours is faster).
 """
 
 import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit  # noqa: E402
+from common import emit, op_time_table  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -24,6 +33,46 @@ import tensorflow as tf  # noqa: E402
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.decoding.beam_search import beam_search  # noqa: E402
 from keras_transformer.decoding.search import greedy_search, model_step  # noqa: E402
+from pipelines.special_ids import EOS_ID  # noqa: E402
+
+
+def timed(function, repeats):
+    """Median seconds of `repeats` calls (after one untimed warm-up call)."""
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def ctranslate2_seconds(model, source, args):
+    """Exports `model` with our CTranslate2 export and times its translate_batch."""
+    import ctranslate2
+
+    from keras_transformer.export.ct2 import build_spec
+
+    specials = ["<pad>", "<s>", "</s>", "<unk>"]
+    pieces = specials + [f"p{i}" for i in range(len(specials), args.vocab_size)]
+    spec = build_spec(model, pieces, max_input_length=args.src_len)
+    spec.optimize(quantization=None if args.quantize == "none" else args.quantize)
+    tokens = [[pieces[i] for i in row[:-1]] for row in source]  # CTranslate2 adds EOS
+    with tempfile.TemporaryDirectory() as folder:
+        spec.save(folder)
+        translator = ctranslate2.Translator(folder, device="cpu", compute_type="default",
+                                            intra_threads=args.threads, inter_threads=1)
+
+        def run():
+            return translator.translate_batch(
+                tokens, beam_size=args.beam, length_penalty=0.6, max_batch_size=args.batch,
+                min_decoding_length=args.out_len, max_decoding_length=args.out_len,
+                return_end_token=True)
+
+        outputs = run()
+        lengths = {len(output.hypotheses[0]) for output in outputs}
+        assert lengths == {args.out_len}, f"CTranslate2 output lengths {lengths}"
+        return timed(run, args.repeats)
 
 
 def main(argv=None):
@@ -35,15 +84,24 @@ def main(argv=None):
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--vocab-size", type=int, default=37000)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (median reported)")
-    parser.add_argument("--xla", action="store_true", help="compile the search with XLA")
+    parser.add_argument("--xla", action="store_true", help="compile our search with XLA")
+    parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
+                        help="ctranslate2: also time CTranslate2 on the same weights")
+    parser.add_argument("--quantize", default="none", choices=("none", "int8", "int8_float32"),
+                        help="CTranslate2 weights (none: float32)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="threads for both engines (default: every core)")
+    parser.add_argument("--profile", metavar="LOGDIR",
+                        help="profile one timed run of our search; prints the top op types")
     args = parser.parse_args(argv)
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
     model.build()
     rng = np.random.default_rng(0)
     source = rng.integers(4, args.vocab_size, (args.batch, args.src_len)).astype("int32")
-    source[:, -1] = 2  # EOS
+    source[:, -1] = EOS_ID
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)],
                  jit_compile=args.xla or None)
@@ -57,27 +115,35 @@ def main(argv=None):
                            min_length=args.out_len)["ids"][:, 0]
 
     ids = search(source).numpy()  # trace and warm up
-    assert ids.shape[1] == args.out_len and np.all(ids[:, -1] == 2), "length not forced"
-    times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        search(source).numpy()
-        times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
-    emit({
-        "benchmark": "decode",
-        "preset": args.preset,
-        "search": "greedy" if args.beam == 1 else "beam",
-        "beam": args.beam,
-        "batch": args.batch,
-        "src_len": args.src_len,
-        "out_len": args.out_len,
-        "vocab_size": args.vocab_size,
-        "xla": args.xla,
-        "seconds": round(seconds, 3),
-        "target_tokens_per_s": round(args.batch * args.out_len / seconds, 1),
+    assert ids.shape[1] == args.out_len and np.all(ids[:, -1] == EOS_ID), "length not forced"
+    seconds = timed(lambda: search(source).numpy(), args.repeats)
+    tokens = args.batch * args.out_len
+    record = {
+        "benchmark": "decode", "preset": args.preset,
+        "search": "greedy" if args.beam == 1 else "beam", "beam": args.beam,
+        "batch": args.batch, "src_len": args.src_len, "out_len": args.out_len,
+        "vocab_size": args.vocab_size, "xla": args.xla, "threads": args.threads,
+        "seconds": round(seconds, 4),
+        "target_tokens_per_s": round(tokens / seconds, 1),
         "sentences_per_s": round(args.batch / seconds, 2),
-    })
+    }
+    if args.profile:
+        tf.profiler.experimental.start(args.profile)
+        search(source).numpy()
+        tf.profiler.experimental.stop()
+        record["top_ops_ms"] = op_time_table(args.profile, top=15)
+    if args.engine == "ctranslate2":
+        import ctranslate2
+
+        ct2 = ctranslate2_seconds(model, source, args)
+        record.update({
+            "ctranslate2_version": ctranslate2.__version__,
+            "ctranslate2_quantize": args.quantize,
+            "ctranslate2_seconds": round(ct2, 4),
+            "ctranslate2_target_tokens_per_s": round(tokens / ct2, 1),
+            "ratio_vs_ctranslate2": round(ct2 / seconds, 3),
+        })
+    emit(record)
 
 
 if __name__ == "__main__":

@@ -164,10 +164,29 @@ def _average(args):
 
 
 def _translator(args):
+    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        return _ctranslate2_translator(args)
     from keras_transformer.decoding.translate import Translator
 
     return Translator.from_run(args.run_dir, args.model, beam_size=args.beam, alpha=args.alpha,
                                batch_size=args.batch_size)
+
+
+def _ctranslate2_translator(args):
+    import pathlib
+
+    from keras_transformer.errors import InputError
+    from keras_transformer.export.ct2 import CTranslate2Translator, ctranslate2_dirname
+
+    folder = args.ctranslate2_model or (pathlib.Path("saved_models")
+                                        / pathlib.Path(args.run_dir).resolve().name
+                                        / ctranslate2_dirname("none"))
+    if not pathlib.Path(folder).is_dir():
+        raise InputError(f"No CTranslate2 export at {folder}: run keras-transformer export "
+                         f"--run-dir {args.run_dir} --format ctranslate2 first (or give "
+                         "--ctranslate2-model).")
+    return CTranslate2Translator(folder, beam_size=args.beam, alpha=args.alpha,
+                                 batch_size=args.batch_size)
 
 
 def _decode_line(raw, number, offset, name):
@@ -360,6 +379,17 @@ def _add_run_flags(parser):
                         "exists, else RUN_DIR/model.keras)")
 
 
+def _add_engine_flags(parser):
+    parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
+                        help="tensorflow: our search on the run's Keras model (default); "
+                        "ctranslate2: the run's CTranslate2 export (keras-transformer export "
+                        "--format ctranslate2), whose --alpha divides scores by length^alpha "
+                        "instead of the GNMT penalty")
+    parser.add_argument("--ctranslate2-model", help="CTranslate2 export folder for --engine "
+                        "ctranslate2 (default saved_models/RUN_NAME/ctranslate2; e.g. "
+                        "saved_models/RUN_NAME/ctranslate2-int8 for the int8 one)")
+
+
 def _add_io_flags(parser):
     parser.add_argument("--input", help="input file (default: standard input)")
     parser.add_argument("--output", help="output file (default: standard output)")
@@ -534,6 +564,7 @@ def build_parser():
         "run's max_length (subword tokens) are truncated with a warning.",
     )
     _add_model_flags(translate)
+    _add_engine_flags(translate)
     _add_io_flags(translate)
     translate.add_argument("--nbest", action="store_true",
                            help="print every beam hypothesis as: line, score, text")
@@ -550,6 +581,7 @@ def build_parser():
         "the same way). Only sacreBLEU is comparable across papers and tools.",
     )
     _add_model_flags(evaluate)
+    _add_engine_flags(evaluate)
     evaluate.add_argument("--split", default="test", choices=("dev", "test"),
                           help="which split of the run's dataset (test)")
     evaluate.add_argument("--src", help="source file instead of the run's dataset")
@@ -573,19 +605,26 @@ def build_parser():
 
     export = commands.add_parser(
         "export",
-        help="export a trained run as a SavedModel (TensorFlow Serving) or a TFLite model",
+        help="export a trained run as a SavedModel (TensorFlow Serving), TFLite or CTranslate2 "
+        "model",
         description="SavedModel: OUTPUT_DIR/NAME/VERSION/ with the signatures serving_default "
         "(strings in, translations and scores out; beam_size and alpha optional inputs, "
         f"defaults {TRANSLATION.beam_size} and {TRANSLATION.alpha}) and translate_ids (int32 ids in and out, core TensorFlow ops "
         "only). TFLite: OUTPUT_DIR/NAME/tflite/translator-<search>-<quantization>.tflite, ids "
-        "in and out for one sentence, with spm.model beside it. Files are written under a "
-        "temporary name and renamed when complete.",
+        "in and out for one sentence, with spm.model beside it. CTranslate2: "
+        "OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/ for CTranslate2's Translator (and "
+        "`keras-transformer translate --engine ctranslate2`), spm.model inside; needs the "
+        "ctranslate2 extra (pip install 'keras-transformer[ctranslate2]'). Files are written "
+        "under a temporary name and renamed when complete.",
     )
     _add_run_flags(export)
-    export.add_argument("--format", default="savedmodel", choices=("savedmodel", "tflite"),
-                        help="savedmodel (default) or tflite")
-    export.add_argument("--quantize", default="none", choices=("none", "dynamic", "float16"),
-                        help="TFLite weights: none (float32), dynamic (int8 weights) or float16")
+    export.add_argument("--format", default="savedmodel",
+                        choices=("savedmodel", "tflite", "ctranslate2"),
+                        help="savedmodel (default), tflite or ctranslate2")
+    export.add_argument("--quantize", default="none",
+                        choices=("none", "dynamic", "float16", "int8", "int8_float32"),
+                        help="weights: none (float32); TFLite: dynamic (int8 weights) or "
+                        "float16; CTranslate2: int8, int8_float32 or float16")
     export.add_argument("--output-dir", default="saved_models",
                         help="base directory (default saved_models)")
     export.add_argument("--name", help="model name (default: the run directory's name)")

@@ -3,6 +3,7 @@
     graph.py         the search as exported graphs run it (the Translator's rules, core ops)
     saved_model.py   SavedModel: serving_default (text) and translate_ids (ids) signatures
     tflite.py        TFLite: one sentence of ids -> ids, builtin ops, optional quantization
+    ct2.py           CTranslate2: the weights as its TransformerSpec, float32/int8/float16
 
 `export_run` exports a training run (its averaged model if there is one, else its final one).
 """
@@ -18,9 +19,12 @@ from keras_transformer.export.saved_model import (  # noqa: F401
     signature_op_types)
 from keras_transformer.export.tflite import (  # noqa: F401
     QUANTIZATIONS, TFLiteTranslator, convert_tflite, export_tflite, tflite_filename)
+from keras_transformer.export import ct2
 from keras_transformer.runs import Run
 
-FORMATS = ("savedmodel", "tflite")
+FORMATS = ("savedmodel", "tflite", "ctranslate2")
+QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
+                    "ctranslate2": ct2.QUANTIZATIONS}
 
 
 def export_run(run_dir, format="savedmodel", quantize="none", output_dir="saved_models",
@@ -29,13 +33,16 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir="saved_
     """Exports a training run; returns the path written.
 
     SavedModel: OUTPUT_DIR/NAME/VERSION/. TFLite: OUTPUT_DIR/NAME/tflite/*.tflite.
+    CTranslate2: OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/.
     NAME defaults to the run directory's name. beam_size and alpha fix the TFLite search.
     """
     if format not in FORMATS:
         raise ExportError(f"format={format!r} must be one of {', '.join(FORMATS)}.")
-    if format == "savedmodel" and quantize != "none":
-        raise ExportError(f"quantize={quantize!r}: quantization applies to the tflite format "
-                          "only.")
+    if quantize not in QUANTIZE_CHOICES[format]:
+        raise ExportError(f"quantize={quantize!r} does not apply to the {format} format "
+                          f"(choices: {', '.join(QUANTIZE_CHOICES[format])}).")
+    if format == "ctranslate2":
+        ct2.require_ctranslate2()  # before anything is loaded
     if beam_size < 1:
         raise ExportError(f"beam_size={beam_size} must be at least 1.")
     name = name or os.path.basename(os.path.abspath(run_dir))
@@ -45,6 +52,9 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir="saved_
     model = run.load_model(path=model_file)
     tokenizer, max_input_length = run.tokenizer(), run.config.max_length
     base_dir = pathlib.Path(output_dir) / name
+    if format == "ctranslate2":
+        return ct2.export_ctranslate2(model, tokenizer, base_dir / ct2.ctranslate2_dirname(quantize),
+                                      quantize, max_input_length, overwrite)
     if format == "savedmodel":
         return export_saved_model(model, tokenizer, base_dir, version, overwrite,
                                   max_input_length, ids_only)

@@ -1,0 +1,122 @@
+"""CTranslate2 export: the exported model scores given targets as ours does (post-norm and
+pre-norm, sinusoidal and learned positions), the CLI exports and translates with it, and what it
+cannot express or run without is refused in one line."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+pytest.importorskip("ctranslate2")
+
+from keras_transformer import Transformer, cli  # noqa: E402
+from keras_transformer.export import ExportError, export_run  # noqa: E402
+from keras_transformer.export.ct2 import (  # noqa: E402
+    CTranslate2Translator, build_spec, export_ctranslate2)
+from keras_transformer.runs import Run  # noqa: E402
+from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
+
+SOURCES = ["the dog runs in the park", "a big red cat", "green water"]
+TARGETS = ["PARK THE IN RUNS DOG THE", "CAT RED BIG A", "WATER GREEN"]
+
+
+def our_log_probs(model, processor, source, target):
+    """Per-token log-probabilities of `target` (EOS last) under teacher forcing."""
+    source_ids, target_ids = processor.encode(source) + [EOS_ID], processor.encode(target)
+    logits = model((np.array([source_ids]), np.array([[BOS_ID] + target_ids])))
+    log_probs = tf.nn.log_softmax(logits[0]).numpy()
+    return [log_probs[i, token] for i, token in enumerate(target_ids + [EOS_ID])]
+
+
+def assert_same_scores(model, tokenizer, folder):
+    translator = CTranslate2Translator(folder)
+    theirs = translator.score_pieces(translator.encode(SOURCES), translator.encode(TARGETS))
+    for source, target, scores in zip(SOURCES, TARGETS, theirs):
+        ours = our_log_probs(model, translator.processor, source, target)
+        np.testing.assert_allclose(scores, ours, atol=1e-4)
+
+
+def test_a_trained_post_norm_run_scores_as_ours(tiny_run, tmp_path):
+    run = Run(tiny_run)
+    model, tokenizer = run.load_model(), run.tokenizer()
+    folder = export_ctranslate2(model, tokenizer, tmp_path / "ctranslate2",
+                                max_input_length=run.config.max_length)
+    assert (folder / "spm.model").read_bytes() == tokenizer.model_proto
+    assert_same_scores(model, tokenizer, folder)
+
+
+def test_pre_norm_with_learned_positions_and_gelu_scores_as_ours(tiny_run, tmp_path):
+    tokenizer = Run(tiny_run).tokenizer()
+    model = Transformer(vocab_size=tokenizer.vocab_size, num_layers=2, d_model=32, num_heads=4,
+                        d_ff=64, norm_first=True, positional="learned", max_length=400,
+                        activation="gelu", layer_norm_epsilon=1e-6)
+    model.build()
+    folder = export_ctranslate2(model, tokenizer, tmp_path / "ct2", max_input_length=32)
+    assert_same_scores(model, tokenizer, folder)
+
+
+def test_architectures_it_cannot_express_are_refused_by_name():
+    model = Transformer(vocab_size=50, num_layers=1, d_model=32, num_heads=4, d_ff=64,
+                        key_dim=16, value_dim=8)
+    model.build()
+    with pytest.raises(ExportError, match="key_dim=16 differs from value_dim=8"):
+        build_spec(model, [f"p{i}" for i in range(50)])
+    model = Transformer(vocab_size=50, num_layers=1, d_model=32, num_heads=4, d_ff=64,
+                        activation="silu")
+    model.build()
+    with pytest.raises(ExportError, match="activation='silu'"):
+        build_spec(model, [f"p{i}" for i in range(50)])
+
+
+def test_export_and_translate_from_the_command_line(tiny_run, tmp_path, capsys):
+    exports = tmp_path / "exports"
+    for quantize in ("none", "int8"):
+        assert cli.main(["export", "--run-dir", str(tiny_run), "--format", "ctranslate2",
+                         "--quantize", quantize, "--output-dir", str(exports),
+                         "--name", "toy"]) == 0
+    assert (exports / "toy" / "ctranslate2" / "model.bin").is_file()
+    assert (exports / "toy" / "ctranslate2-int8" / "model.bin").is_file()
+    # An existing export is kept unless overwriting is asked for.
+    assert cli.main(["export", "--run-dir", str(tiny_run), "--format", "ctranslate2",
+                     "--output-dir", str(exports), "--name", "toy"]) == 2
+    assert "already exists" in capsys.readouterr().err
+    with pytest.raises(ExportError, match="does not apply to the ctranslate2 format"):
+        export_run(tiny_run, format="ctranslate2", quantize="dynamic")
+
+    source = tmp_path / "input.txt"
+    source.write_text("the dog runs\n\n  a   big cat \n", encoding="utf-8")
+    for folder in ("ctranslate2", "ctranslate2-int8"):
+        output = tmp_path / f"{folder}.txt"
+        assert cli.main(["translate", "--run-dir", str(tiny_run), "--engine", "ctranslate2",
+                         "--ctranslate2-model", str(exports / "toy" / folder), "--beam", "2",
+                         "--input", str(source), "--output", str(output)]) == 0
+        lines = output.read_text(encoding="utf-8").split("\n")
+        assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # one line per input
+    # Greedy through the CLI equals greedy through the translator object.
+    translator = CTranslate2Translator(exports / "toy" / "ctranslate2", beam_size=1)
+    expected = translator.translate(["the dog runs", "", "a big cat"])
+    assert expected[1] == ""
+    assert cli.main(["translate", "--run-dir", str(tiny_run), "--engine", "ctranslate2",
+                     "--ctranslate2-model", str(exports / "toy" / "ctranslate2"), "--beam",
+                     "1", "--input", str(source), "--output", str(tmp_path / "g.txt")]) == 0
+    assert (tmp_path / "g.txt").read_text(encoding="utf-8").split("\n")[:3] == expected
+
+
+def test_a_missing_export_or_package_is_one_line_saying_what_to_do(tiny_run, tmp_path, capsys):
+    assert cli.main(["translate", "--run-dir", str(tiny_run), "--engine", "ctranslate2",
+                     "--ctranslate2-model", str(tmp_path / "nowhere"),
+                     "--input", str(tmp_path / "x")]) == 2
+    assert "--format ctranslate2" in capsys.readouterr().err
+    # Without the package (hidden from the import system), export says how to install it.
+    code = ("import sys; sys.modules['ctranslate2'] = None; "
+            "from keras_transformer import console; console.hide_native_logs(); "
+            "from keras_transformer import cli; "
+            f"sys.exit(cli.main(['export', '--run-dir', {str(tiny_run)!r}, '--format', "
+            f"'ctranslate2', '--output-dir', {str(tmp_path)!r}]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    error = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(error) == 1 and "keras-transformer[ctranslate2]" in error[0], result.stderr
