@@ -633,7 +633,9 @@ def build_parser():
     export.add_argument("--overwrite", action="store_true",
                         help="replace an existing version or .tflite file")
     export.add_argument("--beam", type=int, default=TRANSLATION.beam_size,
-                        help=f"TFLite search: beam size ({TRANSLATION.beam_size}; 1 = greedy)")
+                        help=f"beam size fixed in the TFLite search and the SavedModel's "
+                        f"translate_ids_xla signature ({TRANSLATION.beam_size}; TFLite: 1 = "
+                        "greedy)")
     export.add_argument("--alpha", type=float, default=TRANSLATION.alpha,
                         help=f"TFLite search: length penalty ({TRANSLATION.alpha})")
     export.add_argument("--ids-only", action="store_true",

@@ -292,3 +292,22 @@ def test_export_options_are_checked_before_anything_is_loaded(tmp_path):
         export.export_run(tmp_path, output_dir=tmp_path)
     assert export.tflite_filename(1, "none") == "translator-greedy-float32.tflite"
     assert export.tflite_filename(4, "dynamic") == "translator-beam4-dynamic.tflite"
+
+
+@pytest.mark.slow
+def test_the_xla_signature_translates_as_translate_ids(tiny_run, tmp_path):
+    import tensorflow as tf
+
+    path = export.export_run(tiny_run, output_dir=tmp_path, name="toy", ids_only=True)
+    loaded = tf.saved_model.load(str(path))
+    source_ids = tf.constant([[10, 11, 12, 13, 2], [14, 15, 2, 0, 0], [2, 0, 0, 0, 0]])
+    expected = loaded.translate_ids(source_ids)
+    found = loaded.translate_ids_xla(source_ids)
+    np.testing.assert_array_equal(found["ids"].numpy(), expected["ids"].numpy())
+    np.testing.assert_allclose(found["scores"].numpy(), expected["scores"].numpy(), atol=1e-4)
+    # One request at a time, as TensorFlow Serving sends them (each width bucket compiles once).
+    for row in range(3):
+        single = loaded.translate_ids_xla(source_ids[row:row + 1])["ids"].numpy()[0]
+        width = expected["ids"].shape[1]
+        np.testing.assert_array_equal(np.pad(single, [0, width - len(single)]),
+                                      expected["ids"].numpy()[row])

@@ -160,3 +160,20 @@ def test_outputs_stop_at_input_length_plus_50(model):
     ids, _ = greedy_search(*model_step(model, src)[:3], min_length=60)
     # EOS is forced at each sentence's limit even when a longer output is asked for.
     assert [len(h) for h in hypotheses(ids)] == [54, 53]
+
+
+@pytest.mark.slow
+def test_xla_compiled_search_equals_the_plain_graph(model):
+    """The XLA form (static cache and output lengths: padded width + extra_length) finds the
+    same hypotheses with the same scores as the plain graph, padded inputs included."""
+    src = np.pad(sources(seed=3, rows=3, width=8), [[0, 0], [0, 8]])  # padded like Translator
+    plain, xla = compiled_beam_search(model, 4), compiled_beam_search(model, 4, jit_compile=True)
+    expected, found = plain(src), xla(src)
+    for k in range(4):
+        assert hypotheses(found["ids"][:, k]) == hypotheses(expected["ids"][:, k])
+    np.testing.assert_allclose(found["scores"], expected["scores"], rtol=1e-4, atol=1e-4)
+    greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
+    xla_ids, xla_scores = compiled_greedy_search(model, jit_compile=True)(src)
+    assert hypotheses(xla_ids) == hypotheses(greedy_ids)
+    assert xla_ids.shape[1] == greedy_ids.shape[1]  # padding columns trimmed as before
+    np.testing.assert_allclose(xla_scores, greedy_scores, rtol=1e-4, atol=1e-4)

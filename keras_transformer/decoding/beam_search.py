@@ -19,7 +19,8 @@ sentence is done.
 
 import tensorflow as tf
 
-from keras_transformer.decoding.search import EXTRA_LENGTH, mask_special_tokens, model_step
+from keras_transformer.decoding.search import (
+    EXTRA_LENGTH, mask_special_tokens, model_step, static_max_length, xla_search_function)
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
 
@@ -156,11 +157,27 @@ def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRA
 
 
 def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
-                         cached=True, extra_length=EXTRA_LENGTH):
-    """`translate_beam` as one tf.function for any batch shape (traced once)."""
+                         cached=True, extra_length=EXTRA_LENGTH, jit_compile=False):
+    """`translate_beam` as one tf.function for any batch shape (traced once).
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-    def search(source_ids):
-        return translate_beam(model, source_ids, beam_size, alpha, cached, extra_length)
+    With jit_compile, the search loop is compiled by XLA once per input shape (pad inputs to a
+    few widths to bound the compilations): on CPU it runs the whole loop without TensorFlow's
+    per-op overhead and updates the caches in place.
+    """
+    if not jit_compile:
+        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+        def search(source_ids):
+            return translate_beam(model, source_ids, beam_size, alpha, cached, extra_length)
 
-    return search
+        return search
+
+    def xla_search(source_ids):
+        step_fn, state, limits, max_length = model_step(
+            model, source_ids, beam_size, static_max_length(source_ids, extra_length),
+            cached=cached, extra_length=extra_length)
+        return beam_search(step_fn, state, limits, beam_size, alpha, max_length)
+
+    def trim_ids(result):
+        return {**result, "ids": trim(result["ids"])}
+
+    return xla_search_function(xla_search, trim_ids)

@@ -90,7 +90,7 @@ def mask_special_tokens(log_probs, index, min_length=None):
     return tf.where(banned, -1e9, log_probs)
 
 
-def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
+def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False):
     """Picks the most likely token at every step.
 
     Args:
@@ -98,6 +98,8 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
         limits: (B,) maximum output lengths; EOS is forced at the last allowed position.
         max_length: number of steps at most (default max(limits)).
         min_length: if set, EOS is not allowed before this many tokens.
+        keep_width: return all max_length columns (a static shape, for XLA) rather than the
+            steps taken.
 
     Returns:
         (ids (B, T) int32 ending with EOS and padded with 0, log-probability (B,) float32).
@@ -132,19 +134,49 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None):
         tf.zeros([batch, max_steps], tf.int32),
     )
     index, _, _, _, scores, outputs = tf.while_loop(cond, body, initial)
-    return outputs[:, :index], scores
+    return (outputs if keep_width else outputs[:, :index]), scores
 
 
-def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH):
+def static_max_length(source_ids, extra_length):
+    """The output length bound XLA can compile: padded source width + extra_length.
+
+    XLA needs every shape inside the search (caches, output buffers) known when it compiles,
+    which it does once per input shape; the per-sentence limits stay exact (they are values).
+    """
+    return tf.shape(source_ids)[1] + extra_length
+
+
+def xla_search_function(search, trim_outputs):
+    """Wraps `search(source_ids) -> outputs` in an XLA-compiled function (compiled once per
+    input shape) called from a plain tf.function that applies `trim_outputs` (shapes that
+    depend on values, such as trimming padding columns, stay outside XLA)."""
+    compiled = tf.function(search, jit_compile=True)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def run(source_ids):
+        return trim_outputs(compiled(source_ids))
+
+    return run
+
+
+def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False):
     """Greedy search of `model` as one tf.function for any batch shape (traced once).
+
+    With jit_compile, the search loop is compiled by XLA once per input shape (pad inputs to a
+    few widths to bound the compilations).
 
     Returns a function: source_ids (B, S) int32 -> (ids (B, T), log-probabilities (B,)).
     """
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
     def search(source_ids):
-        step_fn, state, limits, max_length = model_step(model, source_ids, cached=cached,
-                                                        extra_length=extra_length)
-        return greedy_search(step_fn, state, limits, max_length)
+        max_length = static_max_length(source_ids, extra_length) if jit_compile else None
+        step_fn, state, limits, max_length = model_step(model, source_ids, max_length=max_length,
+                                                        cached=cached, extra_length=extra_length)
+        # XLA: the whole output buffer; the used columns are cut outside XLA.
+        return greedy_search(step_fn, state, limits, max_length, keep_width=jit_compile)
 
-    return search
+    if jit_compile:
+        from keras_transformer.decoding.beam_search import trim
+
+        return xla_search_function(search, lambda outputs: (trim(outputs[0]), outputs[1]))
+    return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])

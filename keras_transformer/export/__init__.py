@@ -34,7 +34,8 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir="saved_
 
     SavedModel: OUTPUT_DIR/NAME/VERSION/. TFLite: OUTPUT_DIR/NAME/tflite/*.tflite.
     CTranslate2: OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/.
-    NAME defaults to the run directory's name. beam_size and alpha fix the TFLite search.
+    NAME defaults to the run directory's name. beam_size and alpha fix the TFLite search;
+    beam_size also the SavedModel's translate_ids_xla signature.
     """
     if format not in FORMATS:
         raise ExportError(f"format={format!r} must be one of {', '.join(FORMATS)}.")
@@ -57,6 +58,6 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir="saved_
                                       quantize, max_input_length, overwrite)
     if format == "savedmodel":
         return export_saved_model(model, tokenizer, base_dir, version, overwrite,
-                                  max_input_length, ids_only)
+                                  max_input_length, ids_only, beam_size)
     return export_tflite(model, tokenizer, base_dir / "tflite", quantize, beam_size, alpha,
                          max_input_length, overwrite)

@@ -5,7 +5,8 @@ batch of 0 sentences gives 0 results), written with core TensorFlow ops only."""
 import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import beam_search, trim
-from keras_transformer.decoding.search import model_step
+from keras_transformer.decoding.search import model_step, static_max_length
+from keras_transformer.defaults import TRANSLATION
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID, PAD_ID
 
@@ -50,6 +51,32 @@ def search_ids(model, source_ids, beam_size, alpha, max_input_length):
     step_fn, state, limits, max_length = model_step(model, ids, beam_size)
     result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
     return empty_rows_to_eos(result["ids"][:, 0, :], result["scores"][:, 0], empty)
+
+
+def xla_search_ids(model, beam_size, max_input_length, width_step=16):
+    """`search_ids` with the beam size fixed and the search loop compiled by XLA.
+
+    Returns a function (source_ids, alpha) -> (ids, scores). XLA compiles once per input
+    shape: widths are padded to a multiple of `width_step` here, so a server compiles once per
+    (batch size, width bucket) and then reuses it.
+    """
+
+    @tf.function(jit_compile=True)
+    def search(ids, alpha):
+        step_fn, state, limits, max_length = model_step(
+            model, ids, beam_size, static_max_length(ids, TRANSLATION.extra_length))
+        result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
+        return result["ids"][:, 0, :], result["scores"][:, 0]
+
+    def run(source_ids, alpha):
+        _, alpha = _check_search_options(beam_size, alpha)
+        ids, empty = prepare_ids(source_ids, max_input_length)
+        width = tf.shape(ids)[1]
+        ids = tf.pad(ids, [[0, 0], [0, (width_step - width % width_step) % width_step]])
+        best, scores = search(ids, alpha)
+        return empty_rows_to_eos(best, scores, empty)
+
+    return run
 
 
 def empty_rows_to_eos(best, scores, empty):

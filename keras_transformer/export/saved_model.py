@@ -9,6 +9,13 @@ signatures:
   0) [, `beam_size`, `alpha`] -> `ids` (N, T) int32 (ending with EOS, padded with 0),
   `scores` (N,) float32. Core TensorFlow ops only; with `ids_only=True` the SavedModel holds
   nothing else and loads on a server without the tensorflow-text kernels.
+* `translate_ids_xla`: the same search compiled by XLA, with the beam size fixed at export
+  (`beam_size` of the export, 4 by default; inputs `source_ids` [, `alpha`]). Several times
+  faster per request on CPU (no per-op overhead, caches updated in place), but TensorFlow
+  Serving runs it only with `--xla_cpu_compilation_enabled=true` (experimental), and XLA
+  compiles it once per input shape (widths are padded to a multiple of 16 in the graph; the
+  first request of each batch size and width bucket takes seconds). `serving_default` and
+  `translate_ids` stay the portable default.
 
 A version is written under a temporary name beside it and renamed when complete, so an
 interrupted export leaves no partial version behind.
@@ -22,7 +29,8 @@ import types
 import tensorflow as tf
 
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
-from keras_transformer.export.graph import ExportError, normalize_text, search_ids
+from keras_transformer.export.graph import (
+    ExportError, normalize_text, search_ids, xla_search_ids)
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
 from pipelines.special_ids import EOS_ID, PAD_ID
 
@@ -37,10 +45,11 @@ class IdsTranslatorModule(tf.Module):
         max_input_length: longer inputs are truncated (subword tokens, EOS included).
     """
 
-    def __init__(self, model, max_input_length=MAX_LENGTH):
+    def __init__(self, model, max_input_length=MAX_LENGTH, beam_size=TRANSLATION.beam_size):
         super().__init__(name="translator")
         if max_input_length < 2:
             raise ExportError(f"max_input_length={max_input_length} must be at least 2.")
+        self._xla_search = xla_search_ids(model, beam_size, max_input_length)
         # Not tracked as is: TensorFlow's object graph would save the Keras variable wrappers,
         # while the functions capture the tf.Variables inside them, which a TF1-style loader
         # (TensorFlow Serving, saved_model_cli run) then finds uninitialized. `track_variables`
@@ -62,8 +71,16 @@ class IdsTranslatorModule(tf.Module):
         ids, scores = search_ids(self.model, source_ids, beam_size, alpha, self.max_input_length)
         return {"ids": ids, "scores": scores}
 
+    @tf.function(input_signature=[
+        tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+        tf.TensorSpec([], tf.float32, name="alpha"),
+    ])
+    def translate_ids_xla(self, source_ids, alpha=tf.constant(TRANSLATION.alpha)):
+        ids, scores = self._xla_search(source_ids, alpha)
+        return {"ids": ids, "scores": scores}
+
     def signatures(self):
-        return {"translate_ids": self.translate_ids}
+        return {"translate_ids": self.translate_ids, "translate_ids_xla": self.translate_ids_xla}
 
     def track_variables(self):
         """Tracks the tf.Variables that the traced signatures capture (call before saving)."""
@@ -86,8 +103,9 @@ class TranslatorModule(IdsTranslatorModule):
         max_input_length: longer inputs are truncated (subword tokens, EOS included).
     """
 
-    def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH):
-        super().__init__(model, max_input_length)
+    def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH,
+                 beam_size=TRANSLATION.beam_size):
+        super().__init__(model, max_input_length, beam_size)
         self.tokenizer = tokenizer
 
     @tf.function(input_signature=[
@@ -109,7 +127,8 @@ class TranslatorModule(IdsTranslatorModule):
         return {"translations": tf.where(empty, "", translations), "scores": scores}
 
     def signatures(self):
-        return {"serving_default": self.serve, "translate_ids": self.translate_ids}
+        return {"serving_default": self.serve, "translate_ids": self.translate_ids,
+                "translate_ids_xla": self.translate_ids_xla}
 
 
 def existing_versions(base_dir):
@@ -121,12 +140,14 @@ def existing_versions(base_dir):
 
 
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
-                       max_input_length=MAX_LENGTH, ids_only=False):
+                       max_input_length=MAX_LENGTH, ids_only=False,
+                       beam_size=TRANSLATION.beam_size):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 
     Args:
         version: integer version directory; default one more than the highest existing (1).
         overwrite: replace an existing version (otherwise an error).
+        beam_size: the beam of the `translate_ids_xla` signature (fixed when compiled).
     """
     base_dir = pathlib.Path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -141,8 +162,8 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         raise ExportError(
             f"{target} already exists: TensorFlow Serving may be serving it. Choose another "
             "version, or allow overwriting it.")
-    module = (IdsTranslatorModule(model, max_input_length) if ids_only
-              else TranslatorModule(model, tokenizer, max_input_length))
+    module = (IdsTranslatorModule(model, max_input_length, beam_size) if ids_only
+              else TranslatorModule(model, tokenizer, max_input_length, beam_size))
     start = time.time()
     with atomic_path(target) as temporary:
         temporary.mkdir()  # from here on, everything goes under the temporary name
