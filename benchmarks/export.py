@@ -2,15 +2,20 @@
 
     python benchmarks/export.py --run-dir runs/multi30k-en-de [--sentences 100]
 
-Exports the run (SavedModel; TFLite float32, dynamic-range int8 and float16) into a temporary
-folder, translates the first N Multi30k test2016 sentences one at a time with each artifact
-(beam 4, alpha 0.6) and prints one JSON line: file sizes in MB, the fraction of sentences whose
-ids equal the SavedModel's, sacreBLEU of each against the references, and milliseconds per
-sentence. The SavedModel is also compared with in-process beam search (`Translator`).
+Exports the run (SavedModel; TFLite float32, dynamic-range int8 and float16; CTranslate2
+float32 and int8) into a temporary folder, translates the first N Multi30k test2016 sentences
+one at a time with each artifact (beam 4, alpha 0.6) and prints one JSON line: file sizes in
+MB, the fraction of sentences whose ids equal the SavedModel's, sacreBLEU of each against the
+references, and milliseconds per sentence. The SavedModel is timed through `translate_ids` and
+through `translate_ids_xla` (the XLA-compiled search; its compilations, one per width bucket,
+happen in an untimed first pass). The SavedModel is also compared with in-process beam search
+(`Translator`). CTranslate2's length penalty is score / length^alpha, not GNMT's, so its beams
+may differ a little; it is skipped when the ctranslate2 package is missing.
 """
 
 import argparse
 import gzip
+import importlib.util
 import os
 import pathlib
 import sys
@@ -84,6 +89,16 @@ def main(argv=None):
                          for row in rows]
         record["savedmodel_ms_per_sentence"] = round(
             1000 * (time.perf_counter() - start) / len(rows), 1)
+        xla = loaded.signatures["translate_ids_xla"]
+        for row in rows:  # untimed: compiles each width bucket once
+            xla(source_ids=tf.constant([row]))
+        start = time.perf_counter()
+        xla_ids = [_upto_eos(xla(source_ids=tf.constant([row]))["ids"].numpy()[0])
+                   for row in rows]
+        record["savedmodel_xla_ms_per_sentence"] = round(
+            1000 * (time.perf_counter() - start) / len(rows), 1)
+        record["savedmodel_xla_agreement"] = float(np.mean(
+            [a == b for a, b in zip(xla_ids, reference_ids)]))
         for quantize in export.QUANTIZATIONS:
             key = "tflite_" + ("float32" if quantize == "none" else quantize)
             path = export.export_run(args.run_dir, format="tflite", quantize=quantize,
@@ -98,7 +113,50 @@ def main(argv=None):
             record[key + "_agreement"] = float(np.mean(
                 [a == b for a, b in zip(ids, reference_ids)]))
             record[key + "_bleu"] = bleu(texts(ids))
+        if quantize == "none":  # greedy: the same ids as our greedy search, barring near-ties
+            greedy = compiled_greedy_search(Run(run_dir).load_model())
+            our_ids = [_upto_eos(greedy(tf.constant([row]))[0].numpy()[0]) for row in rows]
+            translator.beam_size = 1
+            theirs = [[processor.piece_to_id(p) for p in output[0][0]] + [EOS_ID]
+                      for output in translator.translate_pieces(pieces)]
+            record["ctranslate2_greedy_agreement"] = float(np.mean(
+                [a == b for a, b in zip(theirs, our_ids)]))
+        if importlib.util.find_spec("ctranslate2") is not None:
+            _ctranslate2(args.run_dir, tmp, rows, reference_ids, record, texts, bleu)
     emit(record)
+
+
+def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
+    from keras_transformer.decoding.search import compiled_greedy_search
+    from keras_transformer.export.ct2 import CTranslate2Translator
+    from keras_transformer.runs import Run
+    from pipelines.special_ids import EOS_ID
+
+    for quantize in ("none", "int8"):
+        key = "ctranslate2_" + ("float32" if quantize == "none" else quantize)
+        path = export.export_run(run_dir, format="ctranslate2", quantize=quantize,
+                                 output_dir=tmp, name="model")
+        record[key + "_mb"] = _size_mb(path)
+        translator = CTranslate2Translator(path, beam_size=4, alpha=0.6)
+        processor = translator.processor
+        pieces = [[processor.id_to_piece(int(i)) for i in row[:-1]] for row in rows]
+        translator.translate_pieces(pieces[:5])  # warm-up
+        start = time.perf_counter()
+        outputs = [translator.translate_pieces([p])[0][0][0] for p in pieces]
+        record[key + "_ms_per_sentence"] = round(
+            1000 * (time.perf_counter() - start) / len(rows), 1)
+        ids = [[processor.piece_to_id(p) for p in output] + [EOS_ID] for output in outputs]
+        record[key + "_agreement"] = float(np.mean(
+            [a == b for a, b in zip(ids, reference_ids)]))
+        record[key + "_bleu"] = bleu(texts(ids))
+        if quantize == "none":  # greedy: the same ids as our greedy search, barring near-ties
+            greedy = compiled_greedy_search(Run(run_dir).load_model())
+            our_ids = [_upto_eos(greedy(tf.constant([row]))[0].numpy()[0]) for row in rows]
+            translator.beam_size = 1
+            theirs = [[processor.piece_to_id(p) for p in output[0][0]] + [EOS_ID]
+                      for output in translator.translate_pieces(pieces)]
+            record["ctranslate2_greedy_agreement"] = float(np.mean(
+                [a == b for a, b in zip(theirs, our_ids)]))
 
 
 if __name__ == "__main__":

@@ -282,7 +282,7 @@ def test_prepare_ids_truncates_long_rows_and_flags_empty_ones():
 def test_export_options_are_checked_before_anything_is_loaded(tmp_path):
     with pytest.raises(export.ExportError, match="format='onnx' must be one of"):
         export.export_run(tmp_path, format="onnx", output_dir=tmp_path)
-    with pytest.raises(export.ExportError, match="quantization applies to the tflite format"):
+    with pytest.raises(export.ExportError, match="does not apply to the savedmodel format"):
         export.export_run(tmp_path, quantize="dynamic", output_dir=tmp_path)
     with pytest.raises(export.ExportError, match="beam_size=0 must be at least 1"):
         export.export_run(tmp_path, format="tflite", beam_size=0, output_dir=tmp_path)

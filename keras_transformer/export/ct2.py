@@ -23,6 +23,7 @@ vocabulary, and spm.model for tokenizing), atomically.
 
 import json
 import logging
+import os
 import pathlib
 import time
 
@@ -34,7 +35,7 @@ from keras_transformer.export.graph import ExportError
 from keras_transformer.layers.embedding import sinusoidal_table
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from pipelines.tokenizer import normalize_whitespace
+from pipelines.tokenizer import SubwordTokenizer, normalize_whitespace
 
 log = logging.getLogger(__name__)
 
@@ -232,12 +233,12 @@ class CTranslate2Translator:
         device: "cpu" or "cuda".
         compute_type: CTranslate2's ("default": the saved weights' type where the device
             supports it).
-        threads: intra-op threads (0: CTranslate2's default).
+        threads: intra-op threads (default: every core of this machine).
     """
 
     def __init__(self, model_dir, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
                  batch_size=TRANSLATION.batch_size, extra_length=TRANSLATION.extra_length,
-                 device="cpu", compute_type="default", threads=0):
+                 device="cpu", compute_type="default", threads=None):
         ctranslate2 = require_ctranslate2()
         import sentencepiece as spm
 
@@ -253,10 +254,10 @@ class CTranslate2Translator:
         self.beam_size, self.alpha = beam_size, alpha
         self.batch_size, self.extra_length = batch_size, extra_length
         self.processor = spm.SentencePieceProcessor(
-            model_file=str(self.model_dir / "spm.model"))
+            model_file=str(self.model_dir / SubwordTokenizer.FILENAME))
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, compute_type=compute_type,
-            intra_threads=threads)
+            intra_threads=threads or os.cpu_count() or 0)
 
     def encode(self, sentences):
         """Strings -> piece lists without EOS (CTranslate2 adds it), truncated so that with

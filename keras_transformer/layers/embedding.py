@@ -56,6 +56,19 @@ class ScaledEmbedding(keras.layers.Layer):
         kernel = ops.cast(self.embeddings, x.dtype)
         return ops.matmul(x, ops.transpose(kernel))
 
+    def step_logits(self, x):
+        """`logits` for the few rows of a decoding step, computed as (W x^T)^T.
+
+        The same product, ordered for oneDNN: with x of a few hundred rows or less, W x^T runs
+        3-7x faster than x W^T (measured at 4-128 rows, V = 8000-37000); with the thousands
+        of rows of a training batch, x W^T is the faster one, hence two methods.
+        """
+        kernel = ops.cast(self.embeddings, x.dtype)
+        batch, length = ops.shape(x)[0], ops.shape(x)[1]
+        rows = ops.reshape(x, (batch * length, self.d_model))
+        logits = ops.transpose(ops.matmul(kernel, ops.transpose(rows)))  # (B * T, V)
+        return ops.reshape(logits, (batch, length, self.vocab_size))
+
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.d_model,)
 

@@ -123,10 +123,16 @@ class Transformer(keras.Model):
             return outputs[0], source_mask, outputs[1]
         return outputs, source_mask
 
-    def logits(self, decoder_output):
-        """Pre-softmax projection (tied to the target embedding by default); float32."""
+    def logits(self, decoder_output, step=False):
+        """Pre-softmax projection (tied to the target embedding by default); float32.
+
+        step: the output of one decoding step (few rows): the tied projection is then
+        computed in the order that is fastest for few rows (`ScaledEmbedding.step_logits`).
+        """
         if self.output_projection is not None:
             logits = self.output_projection(decoder_output)
+        elif step:
+            logits = self.target_embedding.step_logits(decoder_output)
         else:
             logits = self.target_embedding.logits(decoder_output)
         return ops.cast(logits, "float32")
@@ -174,7 +180,7 @@ class Transformer(keras.Model):
             training=False,
         )
         new_cache["source_mask"] = cache["source_mask"]
-        return self.logits(output), new_cache
+        return self.logits(output, step=True), new_cache
 
     # -- keras.Model -----------------------------------------------------------------------
 
