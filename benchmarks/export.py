@@ -92,38 +92,29 @@ def main(argv=None):
         xla = loaded.signatures["translate_ids_xla"]
         for row in rows:  # untimed: compiles each width bucket once
             xla(source_ids=tf.constant([row]))
-        start = time.perf_counter()
-        xla_ids = [_upto_eos(xla(source_ids=tf.constant([row]))["ids"].numpy()[0])
-                   for row in rows]
-        record["savedmodel_xla_ms_per_sentence"] = round(
-            1000 * (time.perf_counter() - start) / len(rows), 1)
-        record["savedmodel_xla_agreement"] = float(np.mean(
-            [a == b for a, b in zip(xla_ids, reference_ids)]))
+        _one_at_a_time(record, "savedmodel_xla", rows, reference_ids, texts, bleu, lambda row:
+                       _upto_eos(xla(source_ids=tf.constant([row]))["ids"].numpy()[0]))
         for quantize in export.QUANTIZATIONS:
             key = "tflite_" + ("float32" if quantize == "none" else quantize)
             path = export.export_run(args.run_dir, format="tflite", quantize=quantize,
                                      output_dir=tmp, name="model")
             record[key + "_mb"] = _size_mb(path)
             runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()
-            start = time.perf_counter()
-            ids = [_upto_eos(runner(source_ids=np.array([row], np.int32))["ids"][0])
-                   for row in rows]
-            record[key + "_ms_per_sentence"] = round(
-                1000 * (time.perf_counter() - start) / len(rows), 1)
-            record[key + "_agreement"] = float(np.mean(
-                [a == b for a, b in zip(ids, reference_ids)]))
-            record[key + "_bleu"] = bleu(texts(ids))
-        if quantize == "none":  # greedy: the same ids as our greedy search, barring near-ties
-            greedy = compiled_greedy_search(Run(run_dir).load_model())
-            our_ids = [_upto_eos(greedy(tf.constant([row]))[0].numpy()[0]) for row in rows]
-            translator.beam_size = 1
-            theirs = [[processor.piece_to_id(p) for p in output[0][0]] + [EOS_ID]
-                      for output in translator.translate_pieces(pieces)]
-            record["ctranslate2_greedy_agreement"] = float(np.mean(
-                [a == b for a, b in zip(theirs, our_ids)]))
+            _one_at_a_time(record, key, rows, reference_ids, texts, bleu, lambda row: _upto_eos(
+                runner(source_ids=np.array([row], np.int32))["ids"][0]))
         if importlib.util.find_spec("ctranslate2") is not None:
             _ctranslate2(args.run_dir, tmp, rows, reference_ids, record, texts, bleu)
     emit(record)
+
+
+def _one_at_a_time(record, key, rows, reference_ids, texts, bleu, best_ids):
+    """Times `best_ids(row)` over the rows one at a time; records ms per sentence, agreement
+    with the SavedModel's ids and sacreBLEU under `key`."""
+    start = time.perf_counter()
+    ids = [best_ids(row) for row in rows]
+    record[key + "_ms_per_sentence"] = round(1000 * (time.perf_counter() - start) / len(rows), 1)
+    record[key + "_agreement"] = float(np.mean([a == b for a, b in zip(ids, reference_ids)]))
+    record[key + "_bleu"] = bleu(texts(ids))
 
 
 def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
@@ -141,14 +132,13 @@ def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
         processor = translator.processor
         pieces = [[processor.id_to_piece(int(i)) for i in row[:-1]] for row in rows]
         translator.translate_pieces(pieces[:5])  # warm-up
-        start = time.perf_counter()
-        outputs = [translator.translate_pieces([p])[0][0][0] for p in pieces]
-        record[key + "_ms_per_sentence"] = round(
-            1000 * (time.perf_counter() - start) / len(rows), 1)
-        ids = [[processor.piece_to_id(p) for p in output] + [EOS_ID] for output in outputs]
-        record[key + "_agreement"] = float(np.mean(
-            [a == b for a, b in zip(ids, reference_ids)]))
-        record[key + "_bleu"] = bleu(texts(ids))
+
+        def best_ids(row):
+            output = translator.translate_pieces([[processor.id_to_piece(int(i))
+                                                   for i in row[:-1]]])[0][0][0]
+            return [processor.piece_to_id(p) for p in output] + [EOS_ID]
+
+        _one_at_a_time(record, key, rows, reference_ids, texts, bleu, best_ids)
         if quantize == "none":  # greedy: the same ids as our greedy search, barring near-ties
             greedy = compiled_greedy_search(Run(run_dir).load_model())
             our_ids = [_upto_eos(greedy(tf.constant([row]))[0].numpy()[0]) for row in rows]
