@@ -125,3 +125,19 @@ def test_evaluate_refuses_a_file_that_is_not_utf8_before_decoding(tiny_run, tmp_
     assert (f"{reference}, line 2: invalid UTF-8 (invalid start byte) at byte 4 of the line, "
             "byte 14 of the input. Nothing was translated") in capsys.readouterr().err
     assert not output.exists()
+
+
+@pytest.mark.slow
+def test_translate_with_xla_gives_the_same_translations(tiny_run, tmp_path):
+    from keras_transformer import cli
+
+    source = tmp_path / "input.txt"
+    source.write_text("the dog runs\n\nA BIG RED CAT IN THE HOUSE\na cat\n", encoding="utf-8")
+    outputs = {}
+    for flags in ((), ("--xla",)):
+        output = tmp_path / f"out{len(flags)}.txt"
+        assert cli.main(["translate", "--run-dir", str(tiny_run), "--input", str(source),
+                         "--output", str(output), *flags]) == 0
+        outputs[flags] = output.read_text(encoding="utf-8")
+    assert outputs[("--xla",)] == outputs[()]
+    assert outputs[()].split("\n")[1] == ""
