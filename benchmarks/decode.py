@@ -4,7 +4,8 @@ and, with --engine ctranslate2, CTranslate2's on the same weights in the same ru
     python benchmarks/decode.py --preset base [--batch 32 --src-len 30 --out-len 30 --beam 4]
     python benchmarks/decode.py --preset base --engine ctranslate2            # both engines
     python benchmarks/decode.py --preset base --engine ctranslate2 --quantize int8
-    python benchmarks/decode.py --preset base --batch 1 --src-len 15 --out-len 15 --engine ctranslate2
+    python benchmarks/decode.py --preset base --batch 1 --src-len 15 --out-len 15 \
+        --engine ctranslate2
     python benchmarks/decode.py --preset base --profile /tmp/decode-profile    # top ops
 
 Every hypothesis is forced to exactly `out-len` tokens (EOS is masked before and forced at the

@@ -89,7 +89,7 @@ def main(argv=None):
                          for row in rows]
         record["savedmodel_ms_per_sentence"] = round(
             1000 * (time.perf_counter() - start) / len(rows), 1)
-        xla = loaded.translate_ids_xla  # the restored function keeps the default alpha
+        xla = loaded.translate_ids_xla  # the restored function has the default alpha
         for row in rows:  # untimed: compiles each width bucket once
             xla(tf.constant([row]))
         _one_at_a_time(record, "savedmodel_xla", rows, reference_ids, texts, bleu, lambda row:

@@ -19,8 +19,9 @@ sentence is done.
 
 import tensorflow as tf
 
-from keras_transformer.decoding.search import (
-    EXTRA_LENGTH, mask_special_tokens, model_step, static_max_length, xla_search_function)
+from keras_transformer.decoding.search import (  # noqa: F401  (trim: re-exported)
+    EXTRA_LENGTH, mask_special_tokens, model_step, static_max_length, trim,
+    xla_search_function)
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
 
@@ -137,13 +138,6 @@ def _reorder(tensor, rows):
     reordered = tf.gather(tensor, rows)
     reordered.set_shape(tensor.shape)
     return reordered
-
-
-def trim(ids):
-    """Drops the all-padding columns at the end of (..., T) ids."""
-    used = tf.reduce_any(tf.not_equal(tf.reshape(ids, [-1, tf.shape(ids)[-1]]), 0), axis=0)
-    length = tf.reduce_max(tf.concat([tf.where(used)[:, 0] + 1, [0]], 0))
-    return ids[..., :length]
 
 
 def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,

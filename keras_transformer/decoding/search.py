@@ -18,6 +18,9 @@ from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 EXTRA_LENGTH = TRANSLATION.extra_length  # paper: maximum output length = input length + 50
+# XLA compiles a search once per input shape: inputs are padded to a multiple of this many
+# tokens, so that a few widths (and compilations) serve every sentence.
+XLA_WIDTH_STEP = 16
 
 
 def output_limits(source_ids, extra_length=EXTRA_LENGTH):
@@ -137,6 +140,13 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
     return (outputs if keep_width else outputs[:, :index]), scores
 
 
+def trim(ids):
+    """Drops the all-padding columns at the end of (..., T) ids."""
+    used = tf.reduce_any(tf.not_equal(tf.reshape(ids, [-1, tf.shape(ids)[-1]]), 0), axis=0)
+    length = tf.reduce_max(tf.concat([tf.where(used)[:, 0] + 1, [0]], 0))
+    return ids[..., :length]
+
+
 def static_max_length(source_ids, extra_length):
     """The output length bound XLA can compile: padded source width + extra_length.
 
@@ -176,7 +186,5 @@ def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_co
         return greedy_search(step_fn, state, limits, max_length, keep_width=jit_compile)
 
     if jit_compile:
-        from keras_transformer.decoding.beam_search import trim
-
         return xla_search_function(search, lambda outputs: (trim(outputs[0]), outputs[1]))
     return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])

@@ -54,8 +54,9 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir="saved_
     tokenizer, max_input_length = run.tokenizer(), run.config.max_length
     base_dir = pathlib.Path(output_dir) / name
     if format == "ctranslate2":
-        return ct2.export_ctranslate2(model, tokenizer, base_dir / ct2.ctranslate2_dirname(quantize),
-                                      quantize, max_input_length, overwrite)
+        folder = base_dir / ct2.ctranslate2_dirname(quantize)
+        return ct2.export_ctranslate2(model, tokenizer, folder, quantize, max_input_length,
+                                      overwrite)
     if format == "savedmodel":
         return export_saved_model(model, tokenizer, base_dir, version, overwrite,
                                   max_input_length, ids_only, beam_size)

@@ -5,7 +5,7 @@ batch of 0 sentences gives 0 results), written with core TensorFlow ops only."""
 import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import beam_search, trim
-from keras_transformer.decoding.search import model_step, static_max_length
+from keras_transformer.decoding.search import XLA_WIDTH_STEP, model_step, static_max_length
 from keras_transformer.defaults import TRANSLATION
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID, PAD_ID
@@ -53,7 +53,7 @@ def search_ids(model, source_ids, beam_size, alpha, max_input_length):
     return empty_rows_to_eos(result["ids"][:, 0, :], result["scores"][:, 0], empty)
 
 
-def xla_search_ids(model, beam_size, max_input_length, width_step=16):
+def xla_search_ids(model, beam_size, max_input_length, width_step=XLA_WIDTH_STEP):
     """`search_ids` with the beam size fixed and the search loop compiled by XLA.
 
     Returns a function (source_ids, alpha) -> (ids, scores). XLA compiles once per input
