@@ -132,7 +132,7 @@ def build_spec(model, pieces, max_input_length=MAX_LENGTH):
         pieces: the vocabulary as piece strings, in id order (the sentencepiece model's).
         max_input_length: longest input (tokens with EOS) the model will be given.
     """
-    ctranslate2 = require_ctranslate2()
+    require_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
     check_architecture(model)
@@ -182,7 +182,6 @@ def build_spec(model, pieces, max_input_length=MAX_LENGTH):
     config.add_source_bos, config.add_source_eos = False, True
     config.layer_norm_epsilon = float(arch["layer_norm_epsilon"])
     spec.validate()
-    log.debug("CTranslate2 %s spec built", ctranslate2.__version__)
     return spec
 
 
@@ -211,7 +210,7 @@ def export_ctranslate2(model, tokenizer, output_dir, quantize="none",
         write_bytes(temporary / tokenizer.FILENAME, tokenizer.model_proto)
         write_bytes(temporary / METADATA, json.dumps({
             "max_input_length": max_input_length, "quantization": quantize,
-            "source_eos": True, "suppressed": [pieces[PAD_ID], pieces[BOS_ID]],
+            "suppressed": [pieces[PAD_ID], pieces[BOS_ID]],
         }, indent=2).encode("utf-8"))
     log.info("CTranslate2 model written to %s in %.1f s", output_dir, time.time() - start)
     return output_dir
@@ -266,9 +265,11 @@ class CTranslate2Translator:
         return [p[: self.max_input_length - 1] for p in pieces]
 
     def _options(self, length):
-        # Our limit counts EOS: up to input + extra - 1 tokens before it.
+        # Our limit, the input with its EOS + extra_length, counts the output's EOS: at most
+        # length + extra_length tokens before it, which is CTranslate2's bound on the tokens
+        # it returns for this max_decoding_length.
         return dict(beam_size=self.beam_size, length_penalty=self.alpha,
-                    max_decoding_length=length + 1 + self.extra_length - 1,
+                    max_decoding_length=length + self.extra_length,
                     max_input_length=0, suppress_sequences=self.suppressed,
                     return_scores=True)
 
