@@ -684,7 +684,7 @@ def build_parser():
         description="Runs the whole main job on Multi30k (../shared/data/multi30k if present, "
         "else downloaded): builds the vocabulary, trains for a fixed number of optimizer steps "
         f"(quick: {QUICK['train_steps']} steps of the {QUICK['preset']} preset, about 21 minutes on "
-        f"2 cores of an AVX-512 Intel Xeon, about 50 on an AVX2 AMD EPYC; --full: the same recipe "
+        f"2 cores of an AVX-512 Intel Xeon, about 66 on an AVX2 AMD EPYC; --full: the same recipe "
         f"for {FULL['train_steps']} steps), "
         "picks the final weights or an average of checkpoints and the length penalty on val, "
         f"evaluates test2016 (--full: val too) with beam {TRANSLATION.beam_size} (sacreBLEU, "
@@ -694,7 +694,7 @@ def build_parser():
     )
     demo.add_argument("--full", action="store_true",
                       help=f"the full recipe: {FULL['train_steps']} steps (about 95 minutes on 2 "
-                      "Intel Xeon cores, 3.7 hours on 2 AVX2 AMD EPYC cores)")
+                      "Intel Xeon cores, about 5 hours on 2 AVX2 AMD EPYC cores)")
     demo.add_argument("--src-lang", default="en", help="source language (en)")
     demo.add_argument("--tgt-lang", default="de", choices=("de", "fr"),
                       help="target language (de)")
