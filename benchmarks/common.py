@@ -1,6 +1,7 @@
 """Helpers shared by the benchmark scripts: quiet start-up, matmul peak, JSON output."""
 
 import json
+import math
 import os
 import re
 import time
@@ -24,6 +25,28 @@ def measure_matmul_peak(sizes=(2048, 4096), repeats=5, dtype=tf.float32):
             matmul(a, b).numpy()
             best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
     return best
+
+
+def matmul_params(layer):
+    """Number of weights in the Dense kernels of `layer` (each used once per token)."""
+    return sum(int(math.prod(w.shape)) for w in layer.weights if w.path.endswith("kernel"))
+
+
+def search_flops(model, batch, beam, src_len, out_len):
+    """Matmul FLOPs a search must do: the encoder and the cross-attention keys and values once
+    per source token, then for every one of batch x beam rows at each of out_len steps the
+    decoder's projections, its attention over the steps so far and the source, and the output
+    projection. Softmax, LayerNorm, top-k and cache reordering are not counted."""
+    arch = model.architecture
+    layers, d_model = arch["num_layers"], arch["d_model"]
+    heads, dk, dv = arch["num_heads"], arch["key_dim"], arch["value_dim"]
+    vocab = model.target_vocab_size or model.vocab_size
+    cross_kv = layers * d_model * heads * (dk + dv)  # weights applied to the encoder output
+    source_tokens, rows = batch * src_len, batch * beam
+    flops = 2 * (matmul_params(model.encoder) + cross_kv) * source_tokens
+    per_row = matmul_params(model.decoder) - cross_kv + vocab * d_model
+    attention = layers * heads * (dk + dv) * (out_len * (out_len + 1) // 2 + out_len * src_len)
+    return flops + 2 * rows * (per_row * out_len + attention)
 
 
 def peak_rss_mb():

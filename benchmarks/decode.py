@@ -15,6 +15,12 @@ output tokens (the returned translations), not the beam x batch x out-len tokens
 the way. With --engine ctranslate2 the model is exported through `keras-transformer export
 --format ctranslate2`'s code (`keras_transformer.export.ct2`), both engines use --threads
 threads, and `ratio_vs_ctranslate2` is our tokens/s over CTranslate2's (> 1: ours is faster).
+
+`search_gflop` counts the matrix multiplications any engine must do for these shapes
+(`common.search_flops`: encoder, cross-attention keys and values, then per row and step the
+decoder and the output projection); `achieved_gflops` divides it by each engine's time, to be
+read against `matmul_peak_gflops`, TensorFlow's best large square matmul measured in the same
+run (`benchmarks/gemm.py` gives the rates of the search's own matmul shapes).
 """
 
 import argparse
@@ -25,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit, op_time_table  # noqa: E402
+from common import emit, measure_matmul_peak, op_time_table, search_flops  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -119,6 +125,8 @@ def main(argv=None):
     assert ids.shape[1] == args.out_len and np.all(ids[:, -1] == EOS_ID), "length not forced"
     seconds = timed(lambda: search(source).numpy(), args.repeats)
     tokens = args.batch * args.out_len
+    flops = search_flops(model, args.batch, args.beam, args.src_len, args.out_len)
+    peak = measure_matmul_peak()
     record = {
         "benchmark": "decode", "preset": args.preset,
         "search": "greedy" if args.beam == 1 else "beam", "beam": args.beam,
@@ -127,6 +135,9 @@ def main(argv=None):
         "seconds": round(seconds, 4),
         "target_tokens_per_s": round(tokens / seconds, 1),
         "sentences_per_s": round(args.batch / seconds, 2),
+        "search_gflop": round(flops / 1e9, 1),
+        "achieved_gflops": round(flops / seconds / 1e9, 1),
+        "matmul_peak_gflops": round(peak, 1),
     }
     if args.profile:
         tf.profiler.experimental.start(args.profile)
@@ -142,6 +153,7 @@ def main(argv=None):
             "ctranslate2_quantize": args.quantize,
             "ctranslate2_seconds": round(ct2, 4),
             "ctranslate2_target_tokens_per_s": round(tokens / ct2, 1),
+            "ctranslate2_achieved_gflops": round(flops / ct2 / 1e9, 1),
             "ratio_vs_ctranslate2": round(ct2 / seconds, 3),
         })
     emit(record)

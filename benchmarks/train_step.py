@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit, measure_matmul_peak, op_time_table  # noqa: E402
+from common import emit, matmul_params, measure_matmul_peak, op_time_table  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -32,11 +32,6 @@ from keras_transformer.training.loss import LabelSmoothedCrossEntropy  # noqa: E
 from keras_transformer.training.optimizer import paper_optimizer  # noqa: E402
 from keras_transformer.training.trainer import compile_model  # noqa: E402
 from keras_transformer.runs import make_config  # noqa: E402
-
-
-def matmul_params(layer):
-    """Number of weights in the Dense kernels of `layer` (each used once per token)."""
-    return sum(int(np.prod(w.shape)) for w in layer.weights if w.path.endswith("kernel"))
 
 
 def model_flops_per_step(model, batch, src_len, tgt_len):
