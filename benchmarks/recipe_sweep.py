@@ -7,8 +7,9 @@ weights. Quality per CPU-minute, compared on val only (test2016 is never read he
     python benchmarks/recipe_sweep.py --list
 
 Runs go to OUTPUT/<setting>/; a setting whose result is in OUTPUT/results.jsonl is skipped, so
-running the command again resumes the sweep (a run cut short is retrained from its last
-checkpoint by the trainer and stops at the same time budget). Between settings the sweep waits
+running the command again resumes the sweep. A setting cut short is trained again from the
+start (the time limit counts from each start, so resuming it would give it more than the
+budget). Between settings the sweep waits
 while the file OUTPUT/PAUSE exists (so a quiet measurement can take the cores). Prints one JSON
 line per setting as it finishes and a last one with every result.
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import sys
 import time
 
@@ -48,6 +50,7 @@ def run_setting(name, minutes, output):
 
     settings = dict(BASE, **SETTINGS[name])
     run_dir = output / name
+    shutil.rmtree(run_dir, ignore_errors=True)  # a setting cut short starts over (see above)
     config = make_config(None, dataset="multi30k", output_dir=str(run_dir), train_steps=1_000_000,
                          time_limit_minutes=minutes, checkpoint_minutes=10_000,
                          checkpoint_steps=100, keep_checkpoints=3, eval_steps=1_000_000,
