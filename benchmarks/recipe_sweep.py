@@ -25,6 +25,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit  # noqa: E402
 
+from keras_transformer.tasks.main_job import VAL_SENTENCES  # noqa: E402  (the job's val slice)
+
 # Every setting starts from the main job's recipe (the `multi30k` preset, 8000 pieces, 4096
 # tokens per batch, warmup 800) and changes what its name says.
 BASE = dict(preset="multi30k", vocab_size=8000, tokens_per_batch=4096, warmup_steps=800)
@@ -38,7 +40,6 @@ SETTINGS = {
     "warmup200-layers2": dict(warmup_steps=200, num_layers=2),
     "tiny-d128-warmup200": dict(preset="multi30k-tiny", warmup_steps=200),
 }
-VAL_SENTENCES = 500
 
 
 def run_setting(name, minutes, output):
