@@ -22,7 +22,11 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     # keras-transformer export --format ctranslate2, translate --engine ctranslate2
     "ctranslate2": ["ctranslate2==4.8.5"],
-    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "ctranslate2==4.8.5"],
+    # KERAS_BACKEND=jax: train, average, translate, evaluate without TensorFlow (CPU wheels here;
+    # a GPU machine brings its own jax with CUDA)
+    "jax": ["jax==0.10.2", "jaxlib==0.10.2"],
+    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "ctranslate2==4.8.5",
+            "jax==0.10.2", "jaxlib==0.10.2"],
 }
 
 setup(

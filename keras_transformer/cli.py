@@ -72,6 +72,8 @@ CONFIG_HELP = {
     "data_cache": "folder of prepared (tokenized, sharded) training data, shared by runs on the "
                   "same corpus (default $KERAS_TRANSFORMER_DATA_CACHE, else "
                   "~/.cache/keras-transformer/data)",
+    "prepared_data": "train from this prepared folder as it is (the folder `prepare` printed; "
+                     "e.g. carried to a machine without the corpus or TensorFlow)",
     "shard_pairs": "source pairs per prepared shard (MultiWorker training needs at least one "
                    "shard per worker)",
     "tokens_per_batch": "token budget per side and per replica (paper: 25000)",
@@ -351,23 +353,26 @@ def _evaluate(args):
 
 
 def _attention(args):
+    _tensorflow_only("attention", "run it with KERAS_BACKEND=tensorflow")
     import pathlib
 
     import tensorflow as tf
 
     from keras_transformer.evaluation.attention_maps import KINDS, attention_weights, plot
+    from keras_transformer.runs import Run
 
     translator = _translator(args)
+    tokenizer = Run(args.run_dir).tokenizer()
     source = translator.encode([args.sentence])[0]
     source_ids = tf.constant([source], tf.int32)
     output = translator._search(source_ids)["ids"][:, 0]
-    weights = attention_weights(translator.model, translator.tokenizer, source_ids, output)
+    weights = attention_weights(translator.model, tokenizer, source_ids, output)
     kinds = KINDS if args.kind == "all" else (args.kind,)
     layers = len(weights["encoder"])
     layer = layers - 1 if args.layer is None else args.layer - 1
     folder = pathlib.Path(args.output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    print("translation: " + translator.tokenizer.detokenize_dense(output).numpy()[0].decode())
+    print("translation: " + translator.vocabulary.decode(output)[0])
     for kind in kinds:
         path = plot(weights, kind, layer, args.head - 1,
                     folder / f"attention-{kind}-layer{layer + 1}-head{args.head}.png")
@@ -413,7 +418,21 @@ def _add_model_flags(parser, search=None, alpha_hint=""):
                         help=f"sentences per batch ({search.batch_size})")
 
 
+def _tensorflow_only(what, instead):
+    """Refuses a TensorFlow-only command or option under another backend, saying what to do."""
+    import keras
+
+    from keras_transformer.errors import ConfigError
+
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise ConfigError(f"{what} runs under TensorFlow only (this process runs Keras on "
+                          f"{backend}): {instead}.")
+
+
 def _export(args):
+    _tensorflow_only("export", "run it again with KERAS_BACKEND=tensorflow on a machine with "
+                     "TensorFlow (runs trained under JAX export as they are)")
     import logging
 
     from absl import logging as absl_logging
@@ -432,6 +451,7 @@ def _export(args):
 
 
 def _saved_model_cli(args):
+    _tensorflow_only("saved-model-cli", "run it with KERAS_BACKEND=tensorflow")
     import tensorflow_text  # noqa: F401  (registers the sentencepiece ops the graph uses)
     from tensorflow.python.tools import saved_model_cli
 

@@ -24,6 +24,7 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from pipelines.buckets import geometric_boundaries  # noqa: F401  (re-exported)
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 log = logging.getLogger(__name__)
@@ -77,17 +78,6 @@ def count_lengths(tokenized, max_length, chunk=4096):
         totals["src_tokens"] += int(src_len.sum())
         totals["tgt_tokens"] += int(tgt_len.sum())
     return totals
-
-
-def geometric_boundaries(max_length, min_boundary=8, growth=1.1):
-    """Bucket upper bounds: min_boundary, then each about `growth` times the last (at least +1),
-    the last one equal to max_length."""
-    if growth <= 1.0:
-        raise ValueError(f"growth={growth} must be larger than 1.")
-    bounds = [min(min_boundary, max_length)]
-    while bounds[-1] < max_length:
-        bounds.append(min(max_length, max(bounds[-1] + 1, int(bounds[-1] * growth))))
-    return bounds
 
 
 def bucket_by_length(tokens_per_batch, max_length=256, growth=1.1, min_boundary=8,

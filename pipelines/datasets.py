@@ -18,9 +18,7 @@ Datasets:
 import hashlib
 import pathlib
 
-import tensorflow as tf
-
-from pipelines import sources, treebank
+from pipelines import treebank
 from pipelines.errors import DataError
 
 DATASETS = ("multi30k", "wmt14", "text", "ptb")
@@ -53,6 +51,8 @@ def load_pairs(dataset, split, src_lang="en", tgt_lang="de", *, data_dir=None, s
         files for the split.
     """
     _check(dataset, split)
+    from pipelines import sources
+
     if dataset == "multi30k":
         return sources.multi30k(_MULTI30K_SPLITS[split], src_lang, tgt_lang, data_dir,
                                 source_dir or sources.default_multi30k_dir())
@@ -61,6 +61,8 @@ def load_pairs(dataset, split, src_lang="en", tgt_lang="de", *, data_dir=None, s
     if dataset == "ptb":
         archive = treebank.default_ptb_archive(source_dir)
         sentences, linearized = treebank.task_pairs(treebank.sample_splits(str(archive))[split])
+        import tensorflow as tf
+
         return tf.data.Dataset.from_tensor_slices((sentences, linearized))
     src, tgt = (text_files or {}).get(split, (None, None))
     if src is None:
@@ -84,9 +86,42 @@ def pair_texts(pairs, limit=None):
     return [s.decode("utf-8") for s, _ in items], [t.decode("utf-8") for _, t in items]
 
 
+_MULTI30K_STEMS = {"train": "train", "dev": "val", "test": "test_2016_flickr"}
+
+
+def local_text_files(dataset, split, src_lang="en", tgt_lang="de", *, source_dir=None,
+                     text_files=None, **_):
+    """The two local files a split's pairs are read from ("text" files, the raw Multi30k
+    files), or None when the split comes from elsewhere (a tfds download, the PTB archive)."""
+    _check(dataset, split)
+    if dataset == "text":
+        src, tgt = (text_files or {}).get(split, (None, None))
+        return (src, tgt) if src else None
+    if dataset == "multi30k":
+        from pipelines import sources
+
+        folder = source_dir or sources.default_multi30k_dir()
+        if folder:
+            files = tuple(pathlib.Path(folder) / f"{_MULTI30K_STEMS[split]}.{lang}.gz"
+                          for lang in (src_lang, tgt_lang))
+            if all(f.is_file() for f in files):
+                return files
+    return None
+
+
 def split_texts(dataset, split, src_lang="en", tgt_lang="de", limit=None, **where):
     """(source strings, target strings) of a split, at most `limit` pairs; `where` as for
-    `load_pairs` (data_dir, source_dir, text_files)."""
+    `load_pairs` (data_dir, source_dir, text_files).
+
+    Under a backend other than TensorFlow, local files are read in plain Python (the same
+    pairs as through tf.data), so that evaluating needs no TensorFlow."""
+    import keras
+
+    files = local_text_files(dataset, split, src_lang, tgt_lang, **where)
+    if files and keras.backend.backend() != "tensorflow":
+        from pipelines import sources
+
+        return sources.read_parallel_text(*files, limit=limit)
     pairs = load_pairs(dataset, split, src_lang, tgt_lang, **where)
     if pairs is None:
         raise DataError(f"The {dataset} dataset has no {split} set here: give source and "
@@ -100,6 +135,8 @@ def official_tokenized_references(dataset, split, lang, source_dir=None):
     dataset has none or the file is not here."""
     if dataset != "multi30k" or split not in ("dev", "test"):
         return None
+    from pipelines import sources
+
     source_dir = source_dir or sources.default_multi30k_dir()
     stem = {"dev": "val", "test": "test_2016_flickr"}[split]
     path = pathlib.Path(source_dir or ".") / "tok" / f"{stem}.lc.norm.tok.{lang}"
@@ -112,6 +149,8 @@ def _train_files(dataset, src_lang, tgt_lang, source_dir, text_files):
     """The local files a dataset's training pairs come from ([] for tfds downloads)."""
     _check(dataset, "train")
     if dataset == "multi30k":
+        from pipelines import sources
+
         source_dir = source_dir or sources.default_multi30k_dir()
         return [pathlib.Path(source_dir) / f"train.{lang}.gz" for lang in (src_lang, tgt_lang)] \
             if source_dir else []
@@ -178,7 +217,7 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         `prepared.PreparedData`.
     """
     from pipelines import prepared
-    from pipelines.tokenizer import tokenizer_settings
+    from pipelines.vocabulary import tokenizer_settings
 
     shard_pairs = shard_pairs or prepared.SHARD_PAIRS
     symbols = vocabulary_symbols(dataset, where.get("source_dir"))

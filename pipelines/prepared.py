@@ -50,11 +50,11 @@ import zipfile
 
 import numpy as np
 
-from pipelines.batching import geometric_boundaries
+from pipelines.buckets import geometric_boundaries
 from pipelines.errors import DataError
 from pipelines.files import remove_stale_temporaries, write_bytes, write_json
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
-from pipelines.tokenizer import SubwordTokenizer, train_tokenizer
+from pipelines.vocabulary import FILENAME as VOCABULARY_FILE, train_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ class PreparedData:
                             " run `keras-transformer prepare` for it.")
         self.statistics = _read_json(path)
         self.shards = self.statistics["shards"]
-        self.tokenizer_path = self.directory / SubwordTokenizer.FILENAME
+        self.tokenizer_path = self.directory / VOCABULARY_FILE
 
     @staticmethod
     def is_complete(directory):
@@ -346,7 +346,7 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
         started = time.monotonic()
         remove_stale_temporaries(directory)
         write_json(directory / MANIFEST, {**manifest, "format_version": FORMAT_VERSION})
-        model_path = directory / SubwordTokenizer.FILENAME
+        model_path = directory / VOCABULARY_FILE
         if vocabulary is not None:
             if not model_path.is_file() or model_path.read_bytes() != bytes(vocabulary):
                 write_bytes(model_path, bytes(vocabulary))
@@ -355,7 +355,7 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
             sample, seen = reservoir_sample(pairs(), settings.get("sample_size", 2_000_000),
                                             settings.get("seed", 0), progress, total_pairs)
             settings["sample_size"] = settings.get("sample_size", 2_000_000)
-            tokenizer = train_tokenizer(sample, progress=progress, **settings)
+            tokenizer = train_vocabulary(sample, progress=progress, **settings)
             del sample
             write_json(directory / VOCABULARY, {
                 "sentences_seen": seen, "sample": tokenizer.training.sentences,
@@ -483,6 +483,57 @@ def _pad(flat, offsets, lengths, rows, width, num_rows, before, after):
     return out
 
 
+def batches_of_pairs(source_ids, target_ids, tokens_per_batch, max_length=256, growth=1.1,
+                     min_boundary=8):
+    """Token-budget batches of tokenized pairs in length order (a dev set, in plain numpy),
+    padded to their length cell as `BatchPlan(pad_to_bucket=True)` pads.
+
+    Args:
+        source_ids, target_ids: lists of id lists without specials.
+
+    Returns:
+        (list of ((source, decoder input), labels) int32 arrays, pairs left out as longer than
+        max_length with their specials).
+    """
+    src_n = np.fromiter(map(len, source_ids), np.int64, len(source_ids))
+    tgt_n = np.fromiter(map(len, target_ids), np.int64, len(target_ids))
+    kept = np.flatnonzero((src_n + 1 <= max_length) & (tgt_n + 1 <= max_length))
+    if not len(kept):
+        return [], len(source_ids)
+    arrays = {"src_n": src_n, "tgt_n": tgt_n}
+    for side, ids, lengths in (("src", source_ids, src_n), ("tgt", target_ids, tgt_n)):
+        arrays[f"{side}_ids"] = np.fromiter((i for row in ids for i in row), np.int64,
+                                            int(lengths.sum()))
+        arrays[f"{side}_off"] = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    bounds = np.asarray(geometric_boundaries(max_length, min_boundary, growth), np.int64)
+    order, starts = cut_batches(src_n[kept] + 1, tgt_n[kept] + 1, bounds, tokens_per_batch,
+                                pad_to_bucket=True)
+    batches = []
+    for rows in np.split(kept[order], starts[1:]):
+        batches.append(_padded_batch(arrays, rows, bounds, tokens_per_batch))
+    return batches, len(source_ids) - len(kept)
+
+
+def _padded_batch(arrays, rows, bounds, tokens_per_batch=None):
+    """((source, decoder input), labels) of `rows`; with `tokens_per_batch`, widths padded to
+    their length cell and rows to the cell's capacity (fixed shapes for XLA)."""
+    src_len, tgt_len = arrays["src_n"], arrays["tgt_n"]
+    width_src = int(src_len[rows].max()) + 1
+    width_tgt = int(tgt_len[rows].max()) + 2
+    num_rows = len(rows)
+    if tokens_per_batch is not None:
+        width_src = int(bounds[min(np.searchsorted(bounds, width_src), len(bounds) - 1)])
+        width_tgt = int(bounds[min(np.searchsorted(bounds, width_tgt), len(bounds) - 1)])
+        width_src, width_tgt = max(width_src, int(src_len[rows].max()) + 1), max(
+            width_tgt, int(tgt_len[rows].max()) + 2)
+        num_rows = max(tokens_per_batch // max(width_src, width_tgt), len(rows))
+    src = _pad(arrays["src_ids"], arrays["src_off"], src_len, rows, width_src, num_rows,
+               None, EOS_ID)
+    tgt = _pad(arrays["tgt_ids"], arrays["tgt_off"], tgt_len, rows, width_tgt, num_rows,
+               BOS_ID, EOS_ID)
+    return (src, tgt[:, :-1]), tgt[:, 1:]
+
+
 class BatchPlan:
     """The deterministic stream of training batches over prepared data, for one input pipeline.
 
@@ -599,19 +650,8 @@ class BatchPlan:
         return [batches[i] for i in mix.permutation(len(batches))]
 
     def _tensors(self, arrays, rows):
-        src_len, tgt_len = arrays["src_n"], arrays["tgt_n"]
-        width_src = int(src_len[rows].max()) + 1
-        width_tgt = int(tgt_len[rows].max()) + 2
-        num_rows = len(rows)
-        if self.pad_to_bucket:
-            width_src = int(self.bounds[np.searchsorted(self.bounds, width_src)])
-            width_tgt = int(self.bounds[np.searchsorted(self.bounds, width_tgt)])
-            num_rows = self.tokens_per_batch // max(width_src, width_tgt)
-        src = _pad(arrays["src_ids"], arrays["src_off"], src_len, rows, width_src, num_rows,
-                   None, EOS_ID)
-        tgt = _pad(arrays["tgt_ids"], arrays["tgt_off"], tgt_len, rows, width_tgt, num_rows,
-                   BOS_ID, EOS_ID)
-        return (src, tgt[:, :-1]), tgt[:, 1:]
+        return _padded_batch(arrays, rows, self.bounds,
+                             self.tokens_per_batch if self.pad_to_bucket else None)
 
     def batches(self, start=0, stop=None):
         """Yields ((source, decoder input), labels) int32 arrays from batch number `start`

@@ -15,8 +15,6 @@ import logging
 import os
 import pathlib
 
-import tensorflow as tf
-
 from pipelines.errors import DataError  # noqa: F401  (raised here; imported from here by users)
 
 log = logging.getLogger(__name__)
@@ -81,6 +79,8 @@ def check_parallel_files(src_path, tgt_path):
 
 
 def _lines(path):
+    import tensorflow as tf
+
     compression = "GZIP" if str(path).endswith(".gz") else ""
     return tf.data.TextLineDataset(str(path), compression_type=compression)
 
@@ -88,6 +88,8 @@ def _lines(path):
 def _strip_and_keep(src, tgt):
     """Batches of pairs -> the pairs whose sides are both non-empty after stripping (the last
     batches of unchecked files of different lengths are cut to the shorter, as zip would)."""
+    import tensorflow as tf
+
     rows = tf.minimum(tf.size(src), tf.size(tgt))
     src, tgt = tf.strings.strip(src[:rows]), tf.strings.strip(tgt[:rows])
     keep = tf.logical_and(tf.strings.length(src) > 0, tf.strings.length(tgt) > 0)
@@ -121,9 +123,35 @@ def parallel_text(src_path, tgt_path, check=True):
     if stats and stats.empty_skipped:
         log.warning("%s / %s: skipping %d pairs with an empty side (%d pairs kept)",
                     src_path, tgt_path, stats.empty_skipped, stats.pairs)
+    import tensorflow as tf
+
     # Lines are read, zipped and cleaned a chunk at a time, then handed on one pair at a time.
     dataset = tf.data.Dataset.zip((_lines(src_path).batch(CHUNK), _lines(tgt_path).batch(CHUNK)))
     return dataset.map(_strip_and_keep).unbatch(), stats
+
+
+ASCII_WHITESPACE = " \t\n\r\f\v"  # what tf.strings.strip removes
+
+
+def read_parallel_text(src_path, tgt_path, limit=None):
+    """A parallel corpus as two lists of strings, in plain Python (no TensorFlow): checked as
+    `parallel_text` checks it, each side stripped, pairs with an empty side skipped.
+
+    Returns:
+        (source strings, target strings), at most `limit` pairs.
+    """
+    check_parallel_files(src_path, tgt_path)
+    sources_, targets = [], []
+    with _open_text(src_path) as src, _open_text(tgt_path) as tgt:
+        for src_line, tgt_line in zip(src, tgt):
+            if limit is not None and len(sources_) >= limit:
+                break
+            src_text = src_line.decode("utf-8").strip(ASCII_WHITESPACE)
+            tgt_text = tgt_line.decode("utf-8").strip(ASCII_WHITESPACE)
+            if src_text and tgt_text:
+                sources_.append(src_text)
+                targets.append(tgt_text)
+    return sources_, targets
 
 
 def default_multi30k_dir():

@@ -74,10 +74,10 @@ def test_main_job_chooses_the_length_penalty_on_val(tiny_run, capsys):
 def test_averages_may_take_every_other_checkpoint(run_copy, caplog):
     run = Run(run_copy)  # checkpoints at steps 10 and 20
     _, used = run.average(2, every=2)
-    assert [os.path.basename(p) for p in used] == ["ckpt-20"]
+    assert [os.path.basename(p) for p in used] == ["ckpt-20.weights.h5"]
     assert "Asked to average 2 checkpoints 2 apart" in caplog.text
     _, used = run.average(2)
-    assert [os.path.basename(p) for p in used] == ["ckpt-10", "ckpt-20"]
+    assert [os.path.basename(p) for p in used] == ["ckpt-10.weights.h5", "ckpt-20.weights.h5"]
 
 
 def test_progress_counts_the_runs_steps_from_where_it_resumed(run_copy, toy_corpus, capsys):

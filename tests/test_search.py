@@ -11,7 +11,13 @@ from keras_transformer.decoding.beam_search import (
     length_penalty,
     translate_beam,
 )
-from keras_transformer.decoding.search import compiled_greedy_search, greedy_search, model_step
+from keras_transformer.decoding.search import (
+    compiled_greedy_search,
+    greedy_search,
+    model_step,
+    static_max_length,
+    trim,
+)
 from pipelines.special_ids import EOS_ID
 
 VOCAB = 40
@@ -177,3 +183,49 @@ def test_xla_compiled_search_equals_the_plain_graph(model):
     assert hypotheses(xla_ids) == hypotheses(greedy_ids)
     assert xla_ids.shape[1] == greedy_ids.shape[1]  # padding columns trimmed as before
     np.testing.assert_allclose(xla_scores, greedy_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_static_shapes_find_what_dynamic_shapes_find(model):
+    """The static form that JAX compiles (cache and buffer of padded width + 50, trimmed
+    afterwards on the host) finds the same hypotheses and scores as TensorFlow's dynamic one."""
+    src = np.pad(sources(seed=4), [[0, 0], [0, 5]])
+
+    @tf.function
+    def static(source_ids):
+        step_fn, state, limits, max_length = model_step(
+            model, source_ids, 4, static_max_length(source_ids, 50))
+        result = beam_search(step_fn, state, limits, 4, 0.6, max_length)
+        greedy = greedy_search(*model_step(model, source_ids, 1, static_max_length(
+            source_ids, 50)), keep_width=True)
+        return result, greedy
+
+    result, (greedy_ids, greedy_scores) = static(src)
+    assert result["ids"].shape[-1] == greedy_ids.shape[-1] == src.shape[1] + 50
+    expected = translate_beam(model, src, beam_size=4, alpha=0.6)
+    np.testing.assert_array_equal(trim(result["ids"].numpy()), expected["ids"].numpy())
+    np.testing.assert_allclose(result["scores"], expected["scores"], rtol=1e-5, atol=1e-5)
+    expected_ids, expected_scores = compiled_greedy_search(model)(src)
+    np.testing.assert_array_equal(trim(greedy_ids.numpy()), expected_ids.numpy())
+    np.testing.assert_allclose(greedy_scores, expected_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_trim_drops_the_trailing_padding_columns_of_tensors_and_arrays():
+    ids = np.array([[[5, 2, 0, 0, 0]], [[6, 7, 2, 0, 0]]], "int32")  # (B, K, T)
+    for trimmed in (trim(ids), trim(tf.constant(ids)).numpy()):
+        np.testing.assert_array_equal(trimmed, ids[..., :3])
+    for empty in (np.zeros((2, 0), "int32"), np.zeros((0, 4), "int32"), np.zeros((2, 4), "int32")):
+        assert trim(empty).shape == (empty.shape[0], 0)
+        assert tuple(trim(tf.constant(empty)).shape) == (empty.shape[0], 0)
+
+
+def test_greedy_takes_the_first_of_equally_likely_tokens():
+    def step(tokens, state, index):
+        logits = tf.constant([0.0, 0.0, -5.0, 1.0, 1.0], tf.float32)  # "a" (3) ties with "b" (4)
+        return tf.tile(logits[None, None], [tf.shape(tokens)[0], 1, 1]), state
+
+    ids, scores = greedy_search(step, tf.zeros([2]), tf.constant([3, 2]))
+    assert hypotheses(ids) == [(3, 3, EOS_ID), (3, EOS_ID)]
+    logits = np.array([0.0, 0.0, -5.0, 1.0, 1.0])
+    log_probs = logits - np.log(np.exp(logits).sum())  # EOS is forced at each limit
+    np.testing.assert_allclose(scores, [2 * log_probs[3] + log_probs[2],
+                                        log_probs[3] + log_probs[2]], rtol=1e-5)

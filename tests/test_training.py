@@ -8,13 +8,15 @@ import sys
 import textwrap
 import time
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
+from keras_transformer.runs import Run
 from keras_transformer.runs.config import make_config
-from keras_transformer.runs.run import average_checkpoints, training_checkpoint
+from keras_transformer.runs.run import average_checkpoints, checkpoint_step, list_checkpoints
 from keras_transformer.training import NanGuard, TrainingError, compile_model
 from tests.training_helpers import run, train_command, write_corpus
 
@@ -63,12 +65,12 @@ def test_averaging_two_checkpoints_gives_the_mean(tmp_path):
     model = Transformer.from_preset("tiny", vocab_size=30)
     model.build()
     first = model.get_weights()
-    checkpoint = training_checkpoint(model)
-    path_a = checkpoint.write(str(tmp_path / "a"))
+    checkpoints = Run(tmp_path)
+    path_a = checkpoints.save_checkpoint(model, 1)
     second = [w + np.random.default_rng(i).normal(size=w.shape).astype(w.dtype)
               for i, w in enumerate(first)]
     model.set_weights(second)
-    path_b = checkpoint.write(str(tmp_path / "b"))
+    path_b = checkpoints.save_checkpoint(model, 2)
 
     fresh = Transformer.from_preset("tiny", vocab_size=30)
     fresh.build()
@@ -84,17 +86,25 @@ def build_model(config, vocab_size):
 
 
 @pytest.mark.slow
-def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path):
-    config = make_config(preset="tiny").resolved()
-    model = build_model(config, 40)
-    optimizer, _ = compile_model(model, config)
-    ids = np.random.default_rng(0).integers(3, 40, (4, 6)).astype("int32")
-    model.fit((ids, ids), ids, epochs=2, verbose=0)
-    path = training_checkpoint(model, optimizer).save(str(tmp_path / "a" / "ckpt"))
+@pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
+def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path, precision):
+    # Under mixed_float16 the optimizer is a LossScaleOptimizer: its loss scale is saved too.
+    config = make_config(preset="tiny", precision=precision).resolved()
+    keras.mixed_precision.set_global_policy(precision)
+    try:
+        model = build_model(config, 40)
+        optimizer, _ = compile_model(model, config)
+        ids = np.random.default_rng(0).integers(3, 40, (4, 6)).astype("int32")
+        model.fit((ids, ids), ids, epochs=2, verbose=0)
+        checkpoints = Run(tmp_path)
+        path = checkpoints.save_checkpoint(model, 2, data_position=5)
 
-    restored = build_model(config, 40)
-    restored_optimizer, _ = compile_model(restored, config)
-    training_checkpoint(restored, restored_optimizer).restore(path).assert_consumed()
+        restored = build_model(config, 40)
+        restored_optimizer, _ = compile_model(restored, config)
+        assert checkpoints.restore(restored) == (path, 2, 5)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert len(restored_optimizer.variables) == len(optimizer.variables) > len(model.weights)
     for a, b in zip(model.weights, restored.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
     for a, b in zip(optimizer.variables, restored_optimizer.variables):
@@ -103,8 +113,8 @@ def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path):
 
 
 def latest_step(run_dir):
-    path = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-    return int(path.rsplit("-", 1)[1]) if path else 0
+    paths = list_checkpoints(run_dir / "checkpoints")
+    return checkpoint_step(paths[-1]) if paths else 0
 
 
 @pytest.mark.slow
@@ -124,7 +134,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
 
     result = run(command)
     assert result.returncode == 0, result.stderr[-2000:]
-    resumed = re.search(r"resumed from .*ckpt-(\d+) at step (\d+)", result.stdout)
+    resumed = re.search(r"resumed from .*ckpt-(\d+)\.weights\.h5 at step (\d+)", result.stdout)
     assert resumed and int(resumed.group(1)) == int(resumed.group(2)) == killed_at
     assert f"training batch {killed_at}" in result.stdout  # the saved data position
     assert re.search(rf"training done: step {killed_at} -> 60 ", result.stdout)
@@ -235,15 +245,27 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
               for i, (out, _) in enumerate(outputs)]
     shards = [set(map(int, s.split(","))) for s in shards]
     assert shards[0].isdisjoint(shards[1]) and shards[0] | shards[1] == {0, 1, 2, 3}
-    chief = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-6"))
-    other = tf.train.load_checkpoint(str(run_dir / "scratch-worker-1" / "ckpt-6"))
-    names = [n for n in chief.get_variable_to_shape_map() if n.startswith("model/")
-             and "OPTIMIZER_SLOT" not in n]
-    assert len(names) > 20
-    for name in names:
-        np.testing.assert_array_equal(chief.get_tensor(name), other.get_tensor(name))
-    first = tf.train.load_checkpoint(str(run_dir / "checkpoints" / "ckpt-3"))
-    assert any(not np.array_equal(first.get_tensor(n), chief.get_tensor(n)) for n in names)
+    # Only the chief's checkpoints are the run's; the other worker keeps its newest apart.
+    assert sorted(os.listdir(run_dir / "scratch-worker-1")) == ["ckpt-6.json",
+                                                                "ckpt-6.weights.h5"]
+    chief = model_weights(run_dir / "checkpoints" / "ckpt-6.weights.h5")
+    other = model_weights(run_dir / "scratch-worker-1" / "ckpt-6.weights.h5")
+    assert len(chief) > 20 and chief.keys() == other.keys()
+    for name in chief:
+        np.testing.assert_array_equal(chief[name], other[name], err_msg=name)
+    first = model_weights(run_dir / "checkpoints" / "ckpt-3.weights.h5")
+    assert any(not np.array_equal(first[n], chief[n]) for n in chief)
+
+
+def model_weights(path):
+    """{name: array} of the model weights (not the optimizer's) in a Keras weights file."""
+    import h5py
+
+    weights = {}
+    with h5py.File(path, "r") as handle:
+        handle.visititems(lambda name, item: weights.__setitem__(name, item[()]) if isinstance(
+            item, h5py.Dataset) and not name.startswith("optimizer/") else None)
+    return weights
 
 
 @pytest.mark.slow

@@ -17,20 +17,26 @@ pool, or when it reaches its maximum length (EOS is forced there). The loop ends
 sentence is done.
 """
 
-import tensorflow as tf
+import numpy as np
+from keras import ops, tree
 
 from keras_transformer.decoding.search import (  # noqa: F401  (trim: re-exported)
-    EXTRA_LENGTH, mask_special_tokens, model_step, static_max_length, trim,
-    xla_search_function)
+    EXTRA_LENGTH, NEG_INF, compile_search, mask_special_tokens, model_step, static_max_length,
+    trim)
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
-
-NEG_INF = -1e9
 
 
 def length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha."""
-    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+    return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+
+
+def gather_beams(tensor, indices):
+    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...)."""
+    extra = len(tensor.shape) - 2
+    return ops.take_along_axis(tensor, ops.reshape(indices, ops.shape(indices) + (1,) * extra),
+                               axis=1)
 
 
 def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
@@ -42,9 +48,11 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
         state: nested tensors with B*K rows (row b*K + k: sentence b, beam k), reordered along
             their first axis as beams are chosen.
         limits: (B,) int32 maximum output lengths (EOS included).
-        beam_size: K (int or scalar tensor).
+        beam_size: K (a Python int keeps the beam dimension static; a scalar tensor is
+            accepted on TensorFlow).
         alpha: length-penalty exponent (scalar, may be a tensor).
-        max_length: steps at most (default max(limits)).
+        max_length: steps at most (default max(limits); required where shapes are static,
+            e.g. under JAX).
         min_length: if set, EOS is not allowed before this many tokens.
 
     Returns:
@@ -53,96 +61,90 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
           "scores": (B, K) length-normalized scores (NEG_INF where the pool was not filled);
           "log_probs": (B, K) log P(Y | X).
     """
-    batch = tf.shape(limits)[0]
-    static = tf.get_static_value(beam_size)
-    # A Python int keeps the beam dimension static through the loop.
-    k = int(static) if static is not None else tf.convert_to_tensor(beam_size, tf.int32)
-    alpha = tf.cast(alpha, tf.float32)
-    steps = tf.reduce_max(tf.concat([limits, [1]], 0)) if max_length is None else max_length
-    zeros_seq = tf.zeros([batch, k, steps], tf.int32)
-    first_beam_only = tf.concat([[0.0], tf.fill([k - 1], NEG_INF)], axis=0)
+    batch = ops.shape(limits)[0]
+    k = int(beam_size) if isinstance(beam_size, (int, np.integer)) else ops.cast(beam_size,
+                                                                                "int32")
+    alpha = ops.cast(alpha, "float32")
+    steps = ops.max(limits, initial=1) if max_length is None else max_length
+    zeros_seq = ops.zeros((batch, k, steps), "int32")
     initial = dict(
-        index=tf.constant(0),
-        tokens=tf.fill([batch * k], BOS_ID),
+        index=ops.convert_to_tensor(0, "int32"),
+        tokens=ops.full((batch * k,), BOS_ID, "int32"),
         state=state,
         alive_seq=zeros_seq,
-        alive_log_probs=tf.tile(first_beam_only[None], [batch, 1]),
+        # Only the first beam is alive at the start (the others would repeat it).
+        alive_log_probs=ops.where(ops.equal(ops.arange(k), 0)[None, :], 0.0,
+                                  ops.full((batch, k), NEG_INF, "float32")),
         finished_seq=zeros_seq,
-        finished_scores=tf.fill([batch, k], NEG_INF),
-        finished_log_probs=tf.fill([batch, k], NEG_INF),
-        done=tf.zeros([batch], tf.bool),
+        finished_scores=ops.full((batch, k), NEG_INF, "float32"),
+        finished_log_probs=ops.full((batch, k), NEG_INF, "float32"),
+        done=ops.zeros((batch,), "bool"),
     )
     best_penalty = length_penalty(limits, alpha)  # the largest penalty a hypothesis can reach
 
     def body(s):
         index = s["index"]
-        logits, state = step_fn(s["tokens"][:, None], s["state"], index)
-        log_probs = tf.nn.log_softmax(tf.cast(logits[:, -1], tf.float32), axis=-1)
+        logits, state = step_fn(ops.expand_dims(s["tokens"], 1), s["state"], index)
+        log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
         log_probs = mask_special_tokens(log_probs, index, min_length)
-        vocab = tf.shape(log_probs)[-1]
-        log_probs = tf.reshape(log_probs, [batch, k, vocab])
+        vocab = ops.shape(log_probs)[-1]
+        log_probs = ops.reshape(log_probs, (batch, k, vocab))
         # At the last allowed position only EOS may follow.
         at_limit = (index + 1 >= limits)[:, None, None]
-        is_eos_column = tf.equal(tf.range(vocab), EOS_ID)[None, None, :]
-        log_probs = tf.where(tf.logical_and(at_limit, tf.logical_not(is_eos_column)),
-                             NEG_INF, log_probs)
+        is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
+        log_probs = ops.where(ops.logical_and(at_limit, ops.logical_not(is_eos_column)),
+                              NEG_INF, log_probs)
 
         # Expand: 2K best (beam, token) continuations per sentence.
         scores = s["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
-        top_scores, top_ids = tf.math.top_k(tf.reshape(scores, [batch, k * vocab]), k=2 * k)
+        top_scores, top_ids = ops.top_k(ops.reshape(scores, (batch, k * vocab)), k=2 * k)
         parents, tokens = top_ids // vocab, top_ids % vocab  # (B, 2K)
-        write_here = tf.equal(tf.range(steps), index)[None, None, :]
-        candidates = tf.where(write_here, tokens[:, :, None],
-                              tf.gather(s["alive_seq"], parents, batch_dims=1))  # (B, 2K, T)
-        is_eos = tf.equal(tokens, EOS_ID)
-        real = tf.logical_and(top_scores > NEG_INF / 2, tf.logical_not(s["done"])[:, None])
+        write_here = ops.equal(ops.arange(steps), index)[None, None, :]
+        candidates = ops.where(write_here, tokens[:, :, None],
+                               gather_beams(s["alive_seq"], parents))  # (B, 2K, T)
+        is_eos = ops.equal(tokens, EOS_ID)
+        real = ops.logical_and(top_scores > NEG_INF / 2, ops.logical_not(s["done"])[:, None])
 
         # Finished pool: keep the K best of (pool + new EOS hypotheses).
-        new_scores = tf.where(tf.logical_and(is_eos, real),
-                              top_scores / length_penalty(index + 1, alpha), NEG_INF)
-        pool_scores = tf.concat([s["finished_scores"], new_scores], axis=1)
-        finished_scores, keep = tf.math.top_k(pool_scores, k=k)
-        finished_seq = tf.gather(tf.concat([s["finished_seq"], candidates], 1), keep,
-                                 batch_dims=1)
-        finished_log_probs = tf.gather(tf.concat([s["finished_log_probs"], top_scores], 1), keep,
-                                       batch_dims=1)
+        new_scores = ops.where(ops.logical_and(is_eos, real),
+                               top_scores / length_penalty(index + 1, alpha), NEG_INF)
+        pool_scores = ops.concatenate([s["finished_scores"], new_scores], axis=1)
+        finished_scores, keep = ops.top_k(pool_scores, k=k)
+        finished_seq = gather_beams(ops.concatenate([s["finished_seq"], candidates], 1), keep)
+        finished_log_probs = gather_beams(
+            ops.concatenate([s["finished_log_probs"], top_scores], 1), keep)
 
         # Alive beams: the K best non-EOS continuations; the state follows their parents.
-        alive_log_probs, keep = tf.math.top_k(tf.where(is_eos, NEG_INF, top_scores), k=k)
-        alive_seq = tf.gather(candidates, keep, batch_dims=1)
-        rows = tf.gather(parents, keep, batch_dims=1) + tf.range(batch)[:, None] * k
-        state = tf.nest.map_structure(lambda t: _reorder(t, tf.reshape(rows, [-1])), state)
-        next_tokens = tf.reshape(tf.gather(tokens, keep, batch_dims=1), [-1])
+        alive_log_probs, keep = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k=k)
+        alive_seq = gather_beams(candidates, keep)
+        rows = ops.reshape(gather_beams(parents, keep) + ops.arange(batch)[:, None] * k, (-1,))
+        state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
+        next_tokens = ops.reshape(gather_beams(tokens, keep), (-1,))
 
         # Early termination: nothing alive can still beat the lowest finished score.
-        lowest_finished = tf.reduce_min(
-            tf.where(finished_scores > NEG_INF / 2, finished_scores, -NEG_INF), axis=1)
-        lowest_finished = tf.where(finished_scores[:, 0] > NEG_INF / 2, lowest_finished, NEG_INF)
+        filled = finished_scores > NEG_INF / 2
+        lowest_finished = ops.min(ops.where(filled, finished_scores, -NEG_INF), axis=1)
+        lowest_finished = ops.where(filled[:, 0], lowest_finished, NEG_INF)
         best_alive = alive_log_probs[:, 0] / best_penalty
-        done = s["done"] | (lowest_finished >= best_alive) | (index + 1 >= limits)
+        done = ops.logical_or(ops.logical_or(s["done"], lowest_finished >= best_alive),
+                              index + 1 >= limits)
         return dict(index=index + 1, tokens=next_tokens, state=state, alive_seq=alive_seq,
                     alive_log_probs=alive_log_probs, finished_seq=finished_seq,
                     finished_scores=finished_scores, finished_log_probs=finished_log_probs,
                     done=done)
 
     def cond(s):
-        return tf.logical_and(s["index"] < steps, tf.logical_not(tf.reduce_all(s["done"])))
+        return ops.logical_and(s["index"] < steps, ops.logical_not(ops.all(s["done"])))
 
-    final = tf.while_loop(cond, lambda s: (body(s),), (initial,))[0]
+    final = ops.while_loop(cond, body, initial)
     return {"ids": final["finished_seq"], "scores": final["finished_scores"],
             "log_probs": final["finished_log_probs"]}
 
 
-def _reorder(tensor, rows):
-    """tensor[rows], keeping the static shape (the row count does not change)."""
-    reordered = tf.gather(tensor, rows)
-    reordered.set_shape(tensor.shape)
-    return reordered
-
-
 def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
                    cached=True, extra_length=EXTRA_LENGTH):
-    """Beam search of `model` on (B, S) source ids; returns the `beam_search` dict, trimmed."""
+    """Beam search of `model` on (B, S) source ids; returns the `beam_search` dict, trimmed
+    (eagerly, or inside a TensorFlow graph; `compiled_beam_search` compiles it)."""
     step_fn, state, limits, max_length = model_step(model, source_ids, beam_size, cached=cached,
                                                     extra_length=extra_length)
     result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
@@ -152,26 +154,23 @@ def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRA
 
 def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
                          cached=True, extra_length=EXTRA_LENGTH, jit_compile=False):
-    """`translate_beam` as one tf.function for any batch shape (traced once).
+    """`translate_beam` compiled once (see `search.compile_search` for each backend).
 
-    With jit_compile, the search loop is compiled by XLA once per input shape (pad inputs to a
-    few widths to bound the compilations): on CPU it runs the whole loop without TensorFlow's
-    per-op overhead and updates the caches in place.
+    With jit_compile (always under JAX), the search loop is compiled by XLA once per input
+    shape (pad inputs to a few widths to bound the compilations): on CPU it runs the whole
+    loop without TensorFlow's per-op overhead and updates the caches in place.
+
+    Returns a function: source_ids (B, S) int32 -> the `beam_search` dict, ids trimmed
+    (TensorFlow: tensors; JAX: numpy arrays).
     """
-    if not jit_compile:
-        @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
-        def search(source_ids):
-            return translate_beam(model, source_ids, beam_size, alpha, cached, extra_length)
 
-        return search
-
-    def xla_search(source_ids):
+    def search(source_ids, static):
+        max_length = static_max_length(source_ids, extra_length) if static else None
         step_fn, state, limits, max_length = model_step(
-            model, source_ids, beam_size, static_max_length(source_ids, extra_length),
-            cached=cached, extra_length=extra_length)
+            model, source_ids, beam_size, max_length, cached=cached, extra_length=extra_length)
         return beam_search(step_fn, state, limits, beam_size, alpha, max_length)
 
     def trim_ids(result):
         return {**result, "ids": trim(result["ids"])}
 
-    return xla_search_function(xla_search, trim_ids)
+    return compile_search(model, search, trim_ids, jit_compile)

@@ -10,9 +10,22 @@ are chosen. `model_step(model, source_ids, beam_size)` builds that function from
 `encode` / `init_cache` / `decode_step`: the self-attention caches are the reordered state, while
 the encoder-decoder keys/values are computed once per sentence, live in the step function's
 closure and are never reordered.
+
+The searches are written once in `keras.ops` and run on every backend:
+
+* TensorFlow: one `tf.function` for any batch shape, with shapes that follow the values (the
+  cache and output buffer hold max(limits) positions, the output keeps the steps taken), or,
+  with `jit_compile`, the loop compiled by XLA once per input shape. The exports build their
+  graphs from the same functions.
+* JAX: `jax.jit`, compiled once per input shape. Every shape inside the loop is static there:
+  the cache and output buffer hold `static_max_length` positions (padded source width +
+  extra_length) while each sentence's limit stays exact (a value); the all-padding columns are
+  cut on the host afterwards.
 """
 
-import tensorflow as tf
+import keras
+import numpy as np
+from keras import ops, tree
 
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -21,17 +34,34 @@ EXTRA_LENGTH = TRANSLATION.extra_length  # paper: maximum output length = input 
 # XLA compiles a search once per input shape: inputs are padded to a multiple of this many
 # tokens, so that a few widths (and compilations) serve every sentence.
 XLA_WIDTH_STEP = 16
+NEG_INF = -1e9  # the log-probability of what may not be chosen
+
+
+def dynamic_shapes():
+    """Whether shapes inside a search may depend on values (TensorFlow's graphs); other
+    backends compile every shape statically."""
+    return keras.backend.backend() == "tensorflow"
 
 
 def output_limits(source_ids, extra_length=EXTRA_LENGTH):
     """Per-sentence maximum output length (EOS included): real source length + extra_length."""
-    source_lengths = tf.reduce_sum(tf.cast(tf.not_equal(source_ids, PAD_ID), tf.int32), axis=1)
+    source_lengths = ops.sum(ops.cast(ops.not_equal(source_ids, PAD_ID), "int32"), axis=1)
     return source_lengths + extra_length
+
+
+def static_max_length(source_ids, extra_length=EXTRA_LENGTH):
+    """The output length bound a compiler can fix: padded source width + extra_length.
+
+    XLA (TensorFlow's jit_compile, JAX) needs every shape inside the search (caches, output
+    buffers) known when it compiles, which it does once per input shape; the per-sentence
+    limits stay exact (they are values).
+    """
+    return ops.shape(source_ids)[1] + extra_length
 
 
 def tile_beams(tensor, beam_size):
     """(B, ...) -> (B * beam_size, ...), each row repeated beam_size times."""
-    return tf.repeat(tensor, beam_size, axis=0)
+    return ops.repeat(tensor, beam_size, axis=0)
 
 
 def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None,
@@ -43,7 +73,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         source_ids: (B, S) int32, padded with 0.
         beam_size: rows per sentence (the encoder runs once per sentence, then its keys and
             values are tiled to the beams once).
-        max_length: cache length; default max(limits).
+        max_length: cache length; default max(limits) on TensorFlow, `static_max_length` on
+            backends that compile static shapes (pass it with your own `limits` there).
         cached: False recomputes the whole decoder over the prefix at every step (slow; a
             reference to test the cache against).
         limits: (B,) maximum output lengths (default: source length + extra_length).
@@ -55,7 +86,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     if limits is None:
         limits = output_limits(source_ids, extra_length)
     if max_length is None:
-        max_length = tf.reduce_max(tf.concat([limits, [1]], axis=0))
+        max_length = (ops.max(limits, initial=1) if dynamic_shapes()
+                      else static_max_length(source_ids, extra_length))
     encoder_output, source_mask = model.encode(source_ids)
     encoder_output = tile_beams(encoder_output, beam_size)
     source_mask = tile_beams(source_mask, beam_size)
@@ -70,27 +102,40 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
 
         return step_fn, cache["self"], limits, max_length
 
-    rows = tf.shape(encoder_output)[0]
-    prefix = tf.zeros([rows, max_length], tf.int32)
+    rows = ops.shape(encoder_output)[0]
+    prefix = ops.zeros((rows, max_length), "int32")
 
     def uncached_step(tokens, prefix, index):
-        prefix = tf.tensor_scatter_nd_update(
-            tf.transpose(prefix), [[index]], tf.transpose(tokens))
-        prefix = tf.transpose(prefix)
-        logits = model.decode(prefix[:, : index + 1], encoder_output, source_mask)
-        return logits[:, index:index + 1], prefix
+        prefix = ops.slice_update(prefix, (0, index), ops.cast(tokens, "int32"))
+        # The whole buffer (a static shape): the causal mask hides the positions after index.
+        logits = model.decode(prefix, encoder_output, source_mask)
+        return ops.expand_dims(ops.take(logits, index, axis=1), 1), prefix
 
     return uncached_step, prefix, limits, max_length
 
 
 def mask_special_tokens(log_probs, index, min_length=None):
     """PAD and BOS are never generated; EOS not before position min_length - 1 if given."""
-    ids = tf.range(tf.shape(log_probs)[-1])
-    banned = tf.logical_or(tf.equal(ids, PAD_ID), tf.equal(ids, BOS_ID))
+    ids = ops.arange(ops.shape(log_probs)[-1])
+    banned = ops.logical_or(ops.equal(ids, PAD_ID), ops.equal(ids, BOS_ID))
     if min_length is not None:
-        banned = tf.logical_or(banned, tf.logical_and(tf.equal(ids, EOS_ID),
-                                                      index + 1 < min_length))
-    return tf.where(banned, -1e9, log_probs)
+        banned = ops.logical_or(banned, ops.logical_and(ops.equal(ids, EOS_ID),
+                                                        index + 1 < min_length))
+    return ops.where(banned, NEG_INF, log_probs)
+
+
+def argmax(x):
+    """Index (int32) of the largest value on the last axis, the first of equals.
+
+    On TensorFlow its own argmax: `ops.argmax` adds a pass over (N, V) on every step that tells
+    -0.0 from 0.0 (never needed for log-probabilities), with a bitcast that TFLite's builtin
+    ops lack; `top_k(x, 1)` sorts under XLA. Other backends fuse that pass into the argmax.
+    """
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.argmax(x, axis=-1, output_type=tf.int32)
+    return ops.cast(ops.argmax(x, axis=-1), "int32")
 
 
 def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False):
@@ -99,92 +144,135 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
     Args:
         step_fn, state: as described in the module docstring (N = batch rows).
         limits: (B,) maximum output lengths; EOS is forced at the last allowed position.
-        max_length: number of steps at most (default max(limits)).
+        max_length: number of steps at most (default max(limits); required where shapes are
+            static, e.g. under JAX: a Python int).
         min_length: if set, EOS is not allowed before this many tokens.
         keep_width: return all max_length columns (a static shape, for XLA) rather than the
-            steps taken.
+            steps taken (a shape that depends on values: TensorFlow only).
 
     Returns:
         (ids (B, T) int32 ending with EOS and padded with 0, log-probability (B,) float32).
     """
-    batch = tf.shape(limits)[0]
-    max_steps = tf.reduce_max(tf.concat([limits, [0]], 0)) if max_length is None else max_length
-    positions = tf.range(max_steps)
+    batch = ops.shape(limits)[0]
+    max_steps = ops.max(limits, initial=0) if max_length is None else max_length
+    positions = ops.arange(max_steps)
 
     def body(index, tokens, state, finished, scores, outputs):
-        logits, state = step_fn(tokens[:, None], state, index)
-        log_probs = tf.nn.log_softmax(tf.cast(logits[:, -1], tf.float32), axis=-1)
+        logits, state = step_fn(ops.expand_dims(tokens, 1), state, index)
+        log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
         log_probs = mask_special_tokens(log_probs, index, min_length)
-        next_tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        next_tokens = tf.where(index + 1 >= limits, EOS_ID, next_tokens)
-        next_tokens = tf.where(finished, PAD_ID, next_tokens)
-        chosen = tf.gather(log_probs, next_tokens, batch_dims=1)
-        scores += tf.where(finished, 0.0, chosen)
+        next_tokens = argmax(log_probs)
+        next_tokens = ops.where(index + 1 >= limits, EOS_ID, next_tokens)
+        next_tokens = ops.where(finished, PAD_ID, next_tokens)
+        chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
+        scores += ops.where(finished, 0.0, chosen)
         # A fixed-size output buffer written in place (no TensorArray: TFLite builtins).
-        outputs = tf.where(tf.equal(positions, index)[None, :], next_tokens[:, None], outputs)
-        finished = tf.logical_or(finished, tf.equal(next_tokens, EOS_ID))
+        outputs = ops.where(ops.equal(positions, index)[None, :], next_tokens[:, None], outputs)
+        finished = ops.logical_or(finished, ops.equal(next_tokens, EOS_ID))
         return index + 1, next_tokens, state, finished, scores, outputs
 
     def cond(index, tokens, state, finished, scores, outputs):
-        return tf.logical_and(index < max_steps, tf.logical_not(tf.reduce_all(finished)))
+        return ops.logical_and(index < max_steps, ops.logical_not(ops.all(finished)))
 
     initial = (
-        tf.constant(0),
-        tf.fill([batch], BOS_ID),
+        ops.convert_to_tensor(0, "int32"),
+        ops.full((batch,), BOS_ID, "int32"),
         state,
-        tf.zeros([batch], tf.bool),
-        tf.zeros([batch], tf.float32),
-        tf.zeros([batch, max_steps], tf.int32),
+        ops.zeros((batch,), "bool"),
+        ops.zeros((batch,), "float32"),
+        ops.zeros((batch, max_steps), "int32"),
     )
-    index, _, _, _, scores, outputs = tf.while_loop(cond, body, initial)
+    index, _, _, _, scores, outputs = ops.while_loop(cond, body, initial)
     return (outputs if keep_width else outputs[:, :index]), scores
 
 
 def trim(ids):
-    """Drops the all-padding columns at the end of (..., T) ids."""
-    used = tf.reduce_any(tf.not_equal(tf.reshape(ids, [-1, tf.shape(ids)[-1]]), 0), axis=0)
-    length = tf.reduce_max(tf.concat([tf.where(used)[:, 0] + 1, [0]], 0))
+    """Drops the all-padding columns at the end of (..., T) ids.
+
+    The result's shape depends on the values: call it in a TensorFlow graph or on numpy
+    arrays (the host side of a JAX search), never inside a compiled JAX function.
+    """
+    leading = tuple(range(len(ids.shape) - 1))
+    if isinstance(ids, np.ndarray):
+        used = np.flatnonzero(np.any(ids != PAD_ID, axis=leading))
+        return ids[..., : (used[-1] + 1 if used.size else 0)]
+    used = ops.any(ops.not_equal(ids, PAD_ID), axis=leading)  # (T,)
+    length = ops.max(ops.where(used, ops.arange(1, ops.shape(ids)[-1] + 1), 0), initial=0)
     return ids[..., :length]
 
 
-def static_max_length(source_ids, extra_length):
-    """The output length bound XLA can compile: padded source width + extra_length.
+def compile_search(model, search, trim_outputs, jit_compile=False):
+    """Compiles `search(source_ids, static) -> outputs` (a nest of tensors) for `model`.
 
-    XLA needs every shape inside the search (caches, output buffers) known when it compiles,
-    which it does once per input shape; the per-sentence limits stay exact (they are values).
+    `static` tells the search to keep every shape static (caches and buffers of
+    `static_max_length`); `trim_outputs` then cuts the value-dependent columns, outside the
+    compiled loop.
+
+    Returns a function of source_ids (B, S) int32:
+      TensorFlow: a tf.function traced once for every batch shape; with jit_compile the search
+        is compiled by XLA once per input shape inside it. Takes and returns tensors.
+      JAX: the search under `jax.jit` (compiled once per input shape; `jit_compile` is
+        implied), the model's variables passed in as state (stateless, as `Model.stateless_call`
+        does). Takes and returns numpy arrays.
     """
-    return tf.shape(source_ids)[1] + extra_length
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return _jax_search_function(model, search, trim_outputs)
+    if backend != "tensorflow":
+        raise NotImplementedError(f"search is implemented for the tensorflow and jax backends, "
+                                  f"not {backend!r}.")
+    import tensorflow as tf
 
+    signature = [tf.TensorSpec([None, None], tf.int32)]
+    if not jit_compile:
+        return tf.function(lambda source_ids: trim_outputs(search(source_ids, False)),
+                           input_signature=signature)
+    compiled = tf.function(lambda source_ids: search(source_ids, True), jit_compile=True)
 
-def xla_search_function(search, trim_outputs):
-    """Wraps `search(source_ids) -> outputs` in an XLA-compiled function (compiled once per
-    input shape) called from a plain tf.function that applies `trim_outputs` (shapes that
-    depend on values, such as trimming padding columns, stay outside XLA)."""
-    compiled = tf.function(search, jit_compile=True)
-
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    # Shapes that depend on values, such as trimming padding columns, stay outside XLA.
+    @tf.function(input_signature=signature)
     def run(source_ids):
         return trim_outputs(compiled(source_ids))
 
     return run
 
 
-def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False):
-    """Greedy search of `model` as one tf.function for any batch shape (traced once).
+def _jax_search_function(model, search, trim_outputs):
+    import jax
 
-    With jit_compile, the search loop is compiled by XLA once per input shape (pad inputs to a
-    few widths to bound the compilations).
+    variables = list(model.variables)
+
+    def stateless_search(values, source_ids):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return search(source_ids, True)
+
+    compiled = jax.jit(stateless_search)
+
+    def run(source_ids):
+        source_ids = np.asarray(source_ids, np.int32)
+        outputs = compiled([variable.value for variable in variables], source_ids)
+        return trim_outputs(tree.map_structure(np.asarray, outputs))
+
+    return run
+
+
+def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False):
+    """Greedy search of `model` compiled once (see `compile_search` for each backend).
+
+    With jit_compile (always under JAX), the search loop is compiled by XLA once per input
+    shape (pad inputs to a few widths to bound the compilations).
 
     Returns a function: source_ids (B, S) int32 -> (ids (B, T), log-probabilities (B,)).
     """
 
-    def search(source_ids):
-        max_length = static_max_length(source_ids, extra_length) if jit_compile else None
+    def search(source_ids, static):
+        max_length = static_max_length(source_ids, extra_length) if static else None
         step_fn, state, limits, max_length = model_step(model, source_ids, max_length=max_length,
                                                         cached=cached, extra_length=extra_length)
-        # XLA: the whole output buffer; the used columns are cut outside XLA.
-        return greedy_search(step_fn, state, limits, max_length, keep_width=jit_compile)
+        # Static: the whole output buffer; the used columns are cut outside the compiled loop.
+        return greedy_search(step_fn, state, limits, max_length, keep_width=static)
 
-    if jit_compile:
-        return xla_search_function(search, lambda outputs: (trim(outputs[0]), outputs[1]))
-    return tf.function(search, input_signature=[tf.TensorSpec([None, None], tf.int32)])
+    def trim_outputs(outputs):
+        return (trim(outputs[0]), outputs[1]) if jit_compile or not dynamic_shapes() else outputs
+
+    return compile_search(model, search, trim_outputs, jit_compile)

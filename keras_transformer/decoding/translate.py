@@ -7,15 +7,15 @@
 import logging
 
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.search import XLA_WIDTH_STEP, compiled_greedy_search
+from keras_transformer.decoding.search import (
+    XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
 from keras_transformer.errors import InputError
 from keras_transformer.runs import Run
 from pipelines.special_ids import EOS_ID
-from pipelines.tokenizer import normalize_whitespace
+from pipelines.vocabulary import Vocabulary, normalize_whitespace
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ class Translator:
 
     Args:
         model: a `Transformer`.
-        tokenizer: the run's `SubwordTokenizer`.
+        tokenizer: the run's `Vocabulary` (or its TensorFlow `SubwordTokenizer`).
         beam_size: 4 in the paper; 1 runs greedy search.
         alpha: length penalty (paper: 0.6).
         max_input_length: longer inputs (in subword tokens, EOS included) are truncated to
@@ -37,7 +37,8 @@ class Translator:
             to a multiple of `search.XLA_WIDTH_STEP` tokens to bound the compilations). Faster
             per batch on CPU (1.4x at batch 32, 1.3x at batch 1 on the base preset), after a
             compilation of seconds per shape: worth it for many batches or a long-lived
-            process.
+            process. Under JAX the search is always compiled (jax.jit), widths padded
+            the same way.
     """
 
     def __init__(self, model, tokenizer, beam_size=TRANSLATION.beam_size,
@@ -51,6 +52,9 @@ class Translator:
         if alpha < 0:
             raise InputError(f"alpha={alpha!r} must be at least 0.")
         self.model, self.tokenizer = model, tokenizer
+        # Text <-> ids in plain Python (sentencepiece), the same on every backend.
+        self.vocabulary = (tokenizer if isinstance(tokenizer, Vocabulary)
+                           else Vocabulary(tokenizer.model_proto))
         self.beam_size, self.alpha = beam_size, alpha
         self.max_input_length, self.batch_size = max_input_length, batch_size
         self.jit_compile = jit_compile
@@ -70,13 +74,12 @@ class Translator:
         run = run if isinstance(run, Run) else Run(run)
         model = run.load_model(path=model_file)
         kwargs.setdefault("max_input_length", run.config.max_length)
-        return cls(model, run.tokenizer(), **kwargs)
+        return cls(model, run.vocabulary(), **kwargs)
 
     def encode(self, sentences):
         """Strings -> list of id lists (EOS-terminated, truncated to max_input_length)."""
-        ragged = self.tokenizer.tokenize(tf.constant(sentences, tf.string)).to_list()
         encoded = []
-        for number, ids in enumerate(ragged):
+        for number, ids in enumerate(self.vocabulary.encode(sentences)):
             if len(ids) + 1 > self.max_input_length:
                 log.warning("input %d has %d tokens; truncated to max_input_length=%d",
                             number + 1, len(ids) + 1, self.max_input_length)
@@ -95,15 +98,15 @@ class Translator:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start: start + self.batch_size]
             width = max(len(encoded[i]) for i in chunk)
-            if self.jit_compile:  # a few widths, so a few XLA compilations
+            if self.jit_compile or not dynamic_shapes():  # a few widths, a few compilations
                 step = XLA_WIDTH_STEP
                 width = min(-(-width // step) * step, max(self.max_input_length, width))
             ids = np.zeros((len(chunk), width), np.int32)
             for row, i in enumerate(chunk):
                 ids[row, : len(encoded[i])] = encoded[i]
-            outputs = self._search(tf.constant(ids))
+            outputs = self._search(ids)
             texts = self._detokenize(outputs["ids"])
-            scores = outputs["scores"].numpy()
+            scores = np.asarray(outputs["scores"])
             for row, i in enumerate(chunk):
                 results[i] = [(texts[row][j], float(scores[row, j]))
                               for j in range(len(texts[row])) if scores[row, j] > -1e8]
@@ -114,11 +117,10 @@ class Translator:
         return [r[0][0] for r in results]
 
     def _detokenize(self, ids):
-        ids = ids.numpy()
+        ids = np.asarray(ids)
         batch, beams, length = ids.shape
-        flat = self.tokenizer.detokenize_dense(ids.reshape(batch * beams, length)).numpy()
-        return [[t.decode("utf-8") for t in flat[b * beams:(b + 1) * beams]]
-                for b in range(batch)]
+        flat = self.vocabulary.decode(ids.reshape(batch * beams, length))
+        return [flat[b * beams:(b + 1) * beams] for b in range(batch)]
 
 
 def _as_nbest(ids, scores):

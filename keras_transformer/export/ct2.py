@@ -35,7 +35,7 @@ from keras_transformer.export.graph import ExportError
 from keras_transformer.layers.embedding import sinusoidal_table
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from pipelines.tokenizer import SubwordTokenizer, normalize_whitespace
+from pipelines.vocabulary import FILENAME as VOCABULARY_FILE, normalize_whitespace
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class CTranslate2Translator:
         self.beam_size, self.alpha = beam_size, alpha
         self.batch_size, self.extra_length = batch_size, extra_length
         self.processor = spm.SentencePieceProcessor(
-            model_file=str(self.model_dir / SubwordTokenizer.FILENAME))
+            model_file=str(self.model_dir / VOCABULARY_FILE))
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, compute_type=compute_type,
             intra_threads=threads or os.cpu_count() or 0)

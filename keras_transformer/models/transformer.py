@@ -1,7 +1,6 @@
 """The Transformer encoder-decoder as a Keras model (paper Section 3, Figure 1)."""
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from keras_transformer.layers import Decoder, Encoder, ScaledEmbedding
@@ -184,8 +183,13 @@ class Transformer(keras.Model):
 
     # -- keras.Model -----------------------------------------------------------------------
 
-    def train_step(self, data):
-        logs = super().train_step(data)
+    def train_step(self, *args, **kwargs):
+        # Keras' own step (its signature differs by backend: JAX's is stateless).
+        logs = super().train_step(*args, **kwargs)
+        if keras.backend.backend() != "tensorflow":
+            return logs
+        import tensorflow as tf
+
         strategy = getattr(self, "_distribute_strategy", None)
         if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             # Keras (3.15) averages the logs of a multi-worker step with

@@ -30,7 +30,7 @@ RESUMABLE_KEYS = frozenset({
     "checkpoint_minutes", "checkpoint_steps", "keep_checkpoints",
 })
 # Where the run is, not what it is: a moved or renamed run directory is the same run.
-LOCATION_KEYS = frozenset({"output_dir", "data_cache"})
+LOCATION_KEYS = frozenset({"output_dir", "data_cache", "prepared_data"})
 
 
 @dataclasses.dataclass
@@ -60,6 +60,7 @@ class TrainConfig:
     source_dir: typing.Optional[str] = None  # Multi30k raw files / PTB sample (shared data)
     vocab_size: int = 8000
     data_cache: typing.Optional[str] = None  # prepared data (default: pipelines.prepared)
+    prepared_data: typing.Optional[str] = None  # one prepared folder to train from, as it is
     shard_pairs: int = 100_000  # source pairs per prepared shard
     tokens_per_batch: int = 4096  # per side, per replica (paper: ~25000)
     max_length: int = MAX_LENGTH

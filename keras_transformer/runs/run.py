@@ -12,33 +12,55 @@ Layout of a run directory (format version 2):
     config.json         format version, the resolved architecture and training settings
     vocab/spm.model     the shared subword vocabulary (from the prepared data); vocab/spm.json
                         says which
-    checkpoints/        TensorFlow checkpoints ckpt-STEP.* (the last K are kept)
+    checkpoints/        ckpt-STEP.weights.h5 + ckpt-STEP.json (the last K are kept; below)
     model.keras         the final weights of `train`
     averaged.keras      the weights chosen by `average` or by the main job
     logs/               TensorBoard logs
     *.json, hyp.*.txt   summaries and hypotheses that commands write
 
+Checkpoints are Keras' own weight files, the same on every backend (a checkpoint saved under
+JAX resumes under TensorFlow and the other way round):
+
+    ckpt-STEP.weights.h5  `model.save_weights`: every model weight and the compiled optimizer's
+                          variables (iteration count, Adam moments; under mixed_float16 also the
+                          LossScaleOptimizer's loss scale), stored by Keras' attribute paths
+                          (`encoder/...`, `optimizer/vars/N`)
+    ckpt-STEP.json        {"step", "data_position" (training batches read per input pipeline,
+                          or null), "weights" (the file name), "sha256" (of the weights file),
+                          "backend", "keras"}, written after the weights file
+
+A checkpoint counts only when both files are there. It is damaged when its JSON does not read,
+the weights file's SHA-256 differs from the recorded one (truncated, corrupt, empty) or HDF5
+cannot open it: `restore` then names it in a warning and uses the one before, `average` names
+it and skips it. Runs made before this format have TensorFlow checkpoints
+(`ckpt-STEP.index`, `ckpt-STEP.data-*`, listed as `checkpoints/ckpt-STEP`): under TensorFlow
+they still resume, average and convert (`convert_checkpoints`); under another backend they
+raise RunError. New saves always use the Keras format. This module imports TensorFlow only
+inside the functions that read those old checkpoints.
+
 Every file is written through the project's one atomic writer, `pipelines.files.atomic_path`
-(re-exported here with `write_text`, `write_bytes`, `write_json`; `save_keras` is on top of it):
-a reader never sees a half-written file, and a killed writer leaves only a hidden
-`.tmp-PID-NAME` that the next writer of that folder removes. TensorFlow's own checkpoint files
-and TensorBoard logs are written by TensorFlow.
+(re-exported here with `write_text`, `write_bytes`, `write_json`; `save_keras` and
+`save_checkpoint` are on top of it): a reader never sees a half-written file, and a killed
+writer leaves only a hidden `.tmp-PID-NAME` that the next writer of that folder removes.
+TensorBoard logs are written by TensorBoard.
 """
 
+import hashlib
 import json
 import logging
 import pathlib
-import time
+import re
+import typing
+import warnings
 
 import numpy as np
-import tensorflow as tf
 
 from keras_transformer.errors import ConfigError, RunError
 from keras_transformer.runs.config import TrainConfig
 from pipelines.files import (  # noqa: F401  (re-exported: the one writer)
     TEMPORARY_PREFIX, atomic_path, remove_stale_temporaries, temporary_path, write_bytes,
     write_json, write_lines, write_text)
-from pipelines.tokenizer import SubwordTokenizer
+from pipelines.vocabulary import FILENAME as VOCABULARY_FILE, Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +76,226 @@ def save_keras(model, path):
 
 # -- checkpoints ------------------------------------------------------------------------------
 
+WEIGHTS_SUFFIX = ".weights.h5"  # Keras insists on it
+_CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)(\.weights\.h5|\.index)")
+_STEP = re.compile(r"ckpt-(\d+)(?:\.weights\.h5)?")
+
+
+class Checkpoint(typing.NamedTuple):
+    """A checkpoint that was read: its path, the optimizer step and the data position saved
+    with it (None when it has none)."""
+
+    path: str
+    step: int
+    data_position: typing.Optional[int]
+
+
+class _Damaged(Exception):
+    """A checkpoint that cannot be read (the message says why)."""
+
+
+def is_tensorflow_checkpoint(path):
+    """Whether `path` is a TensorFlow checkpoint of a run made before the Keras format."""
+    return not str(path).endswith(WEIGHTS_SUFFIX)
+
+
+def checkpoint_step(path):
+    """The step in a checkpoint's name (`ckpt-STEP.weights.h5` or `ckpt-STEP`)."""
+    match = _STEP.fullmatch(pathlib.Path(path).name)
+    if not match:
+        raise ValueError(f"{path} is not named like a checkpoint (ckpt-STEP{WEIGHTS_SUFFIX}).")
+    return int(match.group(1))
+
+
+def _sidecar(path):
+    """ckpt-STEP.json beside ckpt-STEP.weights.h5."""
+    return pathlib.Path(str(path)[:-len(WEIGHTS_SUFFIX)] + ".json")
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def list_checkpoints(directory):
+    """Paths of the checkpoints in `directory`, oldest first: complete Keras ones
+    (`ckpt-STEP.weights.h5` with its JSON) and TensorFlow ones (`ckpt-STEP`, whose .index is
+    there). Where both formats have a step, the Keras one is listed."""
+    directory = pathlib.Path(directory)
+    if not directory.is_dir():
+        return []
+    found = {}
+    for path in directory.iterdir():
+        match = _CHECKPOINT_FILE.fullmatch(path.name)
+        if not match:
+            continue
+        step = int(match.group(1))
+        if match.group(2) == WEIGHTS_SUFFIX:
+            if _sidecar(path).is_file():
+                found[step] = str(path)
+        else:
+            found.setdefault(step, str(directory / f"ckpt-{step}"))
+    return [found[step] for step in sorted(found)]
+
+
+def _delete_step(directory, step):
+    """Removes every file of the checkpoint at `step`, in both formats (the JSON first, so that
+    a half-deleted checkpoint no longer counts)."""
+    for name in (f"ckpt-{step}.json", f"ckpt-{step}{WEIGHTS_SUFFIX}", f"ckpt-{step}.index"):
+        (directory / name).unlink(missing_ok=True)
+    for path in directory.glob(f"ckpt-{step}.data-*"):
+        path.unlink(missing_ok=True)
+
+
+def save_checkpoint(model, directory, step, data_position=None, keep=None):
+    """Saves `model` (its weights and its compiled optimizer's variables) as
+    `directory/ckpt-STEP.weights.h5`, then its JSON; keeps the newest `keep` checkpoints
+    (None: all). A checkpoint already at `step` is replaced.
+
+    Returns:
+        the path of the weights file.
+    """
+    import keras
+
+    directory = pathlib.Path(directory)
+    remove_stale_temporaries(directory)
+    path = directory / f"ckpt-{step}{WEIGHTS_SUFFIX}"
+    _sidecar(path).unlink(missing_ok=True)
+    with atomic_path(path) as temporary:  # .tmp-PID-ckpt-STEP.weights.h5: the suffix stays
+        model.save_weights(temporary)
+        digest = _sha256(temporary)
+    write_json(_sidecar(path), {
+        "step": int(step), "data_position": None if data_position is None else int(data_position),
+        "weights": path.name, "sha256": digest, "backend": keras.backend.backend(),
+        "keras": keras.__version__})
+    if keep:
+        _prune(directory, keep)
+    return str(path)
+
+
+def _prune(directory, keep):
+    paths = list_checkpoints(directory)
+    for path in paths[:-keep]:
+        _delete_step(directory, checkpoint_step(path))
+    # Weights whose JSON never came (the writer was killed between the two) before the newest.
+    newest = checkpoint_step(paths[-1]) if paths else None
+    for path in directory.glob(f"ckpt-*{WEIGHTS_SUFFIX}"):
+        if not _sidecar(path).is_file() and newest is not None and checkpoint_step(path) < newest:
+            path.unlink(missing_ok=True)
+    if not any(directory.glob("ckpt-*.index")):
+        (directory / "checkpoint").unlink(missing_ok=True)  # TensorFlow's index of its ones
+
+
+def _read_sidecar(path):
+    """The JSON of Keras checkpoint `path`; _Damaged when it does not read."""
+    sidecar = _sidecar(path)
+    try:
+        info = json.loads(sidecar.read_text(encoding="utf-8"))
+        step, position, digest = info["step"], info["data_position"], info["sha256"]
+        if not (isinstance(step, int) and isinstance(digest, str)
+                and (position is None or isinstance(position, int))):
+            raise TypeError("step, data_position or sha256 has the wrong type")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        raise _Damaged(f"{sidecar.name} does not read: {type(error).__name__}: "
+                       f"{_first_line(error)}") from None
+    return info
+
+
+def _check_keras_checkpoint(path):
+    """The JSON of Keras checkpoint `path` after checking the weights file against it, and
+    the names of the datasets in the weights file; _Damaged when either is not sound."""
+    import h5py
+
+    info = _read_sidecar(path)
+    try:
+        digest = _sha256(path)
+    except OSError as error:
+        raise _Damaged(f"{type(error).__name__}: {_first_line(error)}") from None
+    if digest != info["sha256"]:
+        raise _Damaged(f"its SHA-256 differs from the one in {_sidecar(path).name}: "
+                       "truncated or corrupt")
+    try:
+        names = []
+        with h5py.File(path, "r") as handle:
+            handle.visititems(
+                lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
+    except (OSError, RuntimeError, KeyError, ValueError) as error:
+        raise _Damaged(f"HDF5 cannot read it: {_first_line(error)}") from None
+    return info, names
+
+
+def _load_keras_checkpoint(model, path, optimizer):
+    """Loads Keras checkpoint `path` into `model` (and, with `optimizer`, into its compiled
+    optimizer). Returns its JSON. _Damaged when it does not read; RunError when it does not
+    hold this model's weights (or, with `optimizer`, its optimizer's variables)."""
+    info, names = _check_keras_checkpoint(path)
+    stored = sum(1 for name in names if not name.startswith("optimizer/"))
+    if stored != len(model.weights):
+        raise RunError(f"{path} does not hold the weights of this model ({stored} weights in "
+                       f"the file, {len(model.weights)} in the model): it comes from another "
+                       "architecture.")
+    compiled = getattr(model, "optimizer", None)
+    skip = []
+    if optimizer:
+        if compiled is None:
+            raise ValueError("Restoring a checkpoint needs a compiled model.")
+        if not compiled.built:
+            compiled.build(model.trainable_variables)
+        if not any(name.startswith("optimizer/") for name in names):
+            raise RunError(f"{path} holds no optimizer state: it cannot resume training.")
+    elif compiled is not None:
+        skip = [compiled]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            model.load_weights(path, objects_to_skip=skip)
+        except ValueError as error:
+            raise RunError(f"{path} does not hold the weights of this model: "
+                           f"{_first_line(error)}") from None
+    for warning in caught:
+        if "Skipping variable loading for optimizer" in str(warning.message):
+            raise RunError(f"{path} does not hold the state of this optimizer "
+                           f"({_first_line(warning.message)}): it was saved with other "
+                           "optimizer settings (precision, gradient accumulation).")
+        warnings.warn_explicit(warning.message, warning.category, warning.filename,
+                               warning.lineno)
+    return info
+
+
+# -- TensorFlow checkpoints of runs made before the Keras format ------------------------------
+
+
+def _require_tensorflow(path):
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise RunError(
+            f"{path} is a TensorFlow checkpoint (a run made before checkpoints were Keras "
+            f"weight files) and the Keras backend is {keras.backend.backend()!r}: resume, "
+            "average or convert the run under TensorFlow first (KERAS_BACKEND=tensorflow; "
+            "`Run.convert_checkpoints`), which saves checkpoints every backend reads.")
+
+
+def _tensorflow_damage():
+    """What reading a damaged TensorFlow checkpoint raises: a truncated data file gives
+    IndexError ("Read less bytes than requested"), a corrupt one DataLossError or another
+    OpError."""
+    import tensorflow as tf
+
+    return (tf.errors.OpError, IndexError, ValueError, OSError)
+
 
 def model_variables(model):
-    """{path inside the model: tf.Variable} for every weight of `model`.
+    """{path inside the model: tf.Variable} for every weight of `model` (TensorFlow
+    checkpoints).
 
     Keras 3 keeps lists of sublayers (a stack's layers) and the optimizer's slot lists out of
     TensorFlow's object graph, so `tf.train.Checkpoint(model=model)` would silently save only
-    some weights. Checkpoints therefore name every variable explicitly, by its Keras path
-    without the model's own (auto-numbered) name.
+    some weights. TensorFlow checkpoints therefore named every variable explicitly, by its
+    Keras path without the model's own (auto-numbered) name.
     """
     variables = {}
     for weight in model.weights:
@@ -74,55 +308,103 @@ def model_variables(model):
 
 def training_checkpoint(model, optimizer=None):
     """A `tf.train.Checkpoint` of all model weights and, if given, all optimizer variables
-    (step, Adam moments), the latter by position (their order is fixed by the model)."""
+    (step, Adam moments), the latter by position: how runs made before the Keras format
+    saved (TensorFlow backend only)."""
+    import tensorflow as tf
+
     if optimizer is None:
         return tf.train.Checkpoint(model=model_variables(model))
     return tf.train.Checkpoint(model=model_variables(model),
                                optimizer=[v.value for v in optimizer.variables])
 
 
-# What reading a damaged checkpoint raises: a truncated data file gives IndexError ("Read less
-# bytes than requested"), a corrupt one DataLossError or another OpError.
-_DAMAGE = (tf.errors.OpError, IndexError, ValueError, OSError)
+def _missing_weights(path, model):
+    import tensorflow as tf
+
+    # Checkpoint keys spell "/" inside a name as ".S".
+    stored = {name.split("/.ATTRIBUTES")[0].replace(".S", "/")
+              for name, _ in tf.train.list_variables(str(path))}
+    missing = [key for key in model_variables(model) if f"model/{key}" not in stored]
+    return RunError(
+        f"{path} does not hold every weight of this model ({len(missing)} missing, e.g. "
+        f"{missing[:2]}): it comes from another architecture or from an older "
+        "keras-transformer whose checkpoints were incomplete.")
 
 
-def _read_model(checkpoint, path, model):
-    """Restores only the model's weights from `path`; RunError when it lacks some."""
+def _load_tensorflow_checkpoint(model, path, optimizer):
+    """Loads TensorFlow checkpoint `path` into `model` (and its optimizer, with `optimizer`)."""
+    _require_tensorflow(path)
+    checkpoint = training_checkpoint(model, model.optimizer if optimizer else None)
     try:
+        # expect_partial: the data position is read on its own.
         checkpoint.read(str(path)).expect_partial().assert_existing_objects_matched()
     except AssertionError:
-        # Checkpoint keys spell "/" inside a name as ".S".
-        stored = {name.split("/.ATTRIBUTES")[0].replace(".S", "/")
-                  for name, _ in tf.train.list_variables(str(path))}
-        missing = [key for key in model_variables(model) if f"model/{key}" not in stored]
-        raise RunError(
-            f"{path} does not hold every weight of this model ({len(missing)} missing, e.g. "
-            f"{missing[:2]}): it comes from another architecture or from an older "
-            "keras-transformer whose checkpoints were incomplete.") from None
+        raise _missing_weights(path, model) from None
+    except _tensorflow_damage() as error:
+        raise _Damaged(f"{type(error).__name__}: {_first_line(error)}") from None
+
+
+def _tensorflow_data_position(path):
+    import tensorflow as tf
+
+    key = "data_position/.ATTRIBUTES/VARIABLE_VALUE"
+    try:
+        if key not in dict(tf.train.list_variables(str(path))):
+            return None
+        return int(tf.train.load_variable(str(path), key))
+    except _tensorflow_damage() as error:
+        raise _Damaged(f"{type(error).__name__}: {_first_line(error)}") from None
+
+
+# -- reading checkpoints, either format -------------------------------------------------------
+
+
+def restore_checkpoint(model, path):
+    """Restores `model`'s weights and its compiled optimizer's variables from `path`.
+
+    Returns:
+        a `Checkpoint`. Raises _Damaged when it does not read, RunError when it does not match.
+    """
+    if is_tensorflow_checkpoint(path):
+        _load_tensorflow_checkpoint(model, path, optimizer=True)
+        return Checkpoint(str(path), checkpoint_step(path), _tensorflow_data_position(path))
+    info = _load_keras_checkpoint(model, path, optimizer=True)
+    return Checkpoint(str(path), info["step"], info["data_position"])
+
+
+def read_data_position(path):
+    """The data position saved with checkpoint `path`, or None when it has none."""
+    try:
+        if is_tensorflow_checkpoint(path):
+            _require_tensorflow(path)
+            return _tensorflow_data_position(path)
+        return _read_sidecar(path)["data_position"]
+    except _Damaged as error:
+        raise RunError(f"checkpoint {path} is damaged ({error}).") from None
 
 
 def average_checkpoints(model, paths, skip_damaged=False):
     """Sets `model`'s weights to the element-wise mean of its weights in `paths` (optimizer
-    state is ignored).
+    state is not read).
 
     Args:
         skip_damaged: a checkpoint that cannot be read is named in a warning and left out
-            (otherwise the error is raised).
+            (otherwise RunError names it).
 
     Returns:
         the paths averaged.
     """
-    checkpoint = training_checkpoint(model)
     total, used = None, []
     for path in paths:
         try:
-            _read_model(checkpoint, path, model)
-        except _DAMAGE as error:
+            if is_tensorflow_checkpoint(path):
+                _load_tensorflow_checkpoint(model, path, optimizer=False)
+            else:
+                _load_keras_checkpoint(model, path, optimizer=False)
+        except _Damaged as error:
             if not skip_damaged:
-                raise RunError(f"checkpoint {path} is damaged ({type(error).__name__}: "
-                               f"{_first_line(error)}).") from None
-            log.warning("checkpoint %s is damaged (%s: %s); skipped", path,
-                        type(error).__name__, _first_line(error))
+                raise RunError(f"checkpoint {path} is damaged ({error}).") from None
+            log.warning("checkpoint %s is damaged (%s); skipped", path, error)
             continue
         weights = [w.astype(np.float64) for w in model.get_weights()]
         total = weights if total is None else [t + w for t, w in zip(total, weights)]
@@ -158,6 +440,7 @@ class Run:
         self.directory = pathlib.Path(directory)
         self._config = None
         self._tokenizer = None
+        self._vocabulary = None
 
     def __repr__(self):
         return f"Run({str(self.directory)!r})"
@@ -181,11 +464,12 @@ class Run:
 
     @property
     def tokenizer_path(self):
-        return self.directory / self.VOCABULARY / SubwordTokenizer.FILENAME
+        return self.directory / self.VOCABULARY / VOCABULARY_FILE
 
     def worker_checkpoint_dir(self, task_id):
-        """Where a non-chief MultiWorkerMirroredStrategy worker saves (collectives need every
-        worker to save; only the chief's checkpoints are the run's)."""
+        """Where a non-chief MultiWorkerMirroredStrategy worker saves its newest checkpoint:
+        only the chief's checkpoints are the run's; a worker's own shows that the workers
+        stay identical."""
         return self.directory / f"scratch-worker-{task_id}"
 
     def logs_dir(self, name):
@@ -252,13 +536,25 @@ class Run:
         return config
 
     # The vocabulary.
+    def _vocabulary_bytes_or_fail(self):
+        if not self.tokenizer_path.is_file():
+            raise RunError(f"{self.tokenizer_path} not found: is {self.directory} a "
+                           "training run whose vocabulary was built?")
+        return self.tokenizer_path.read_bytes()
+
     def tokenizer(self):
+        """The run's vocabulary as a TensorFlow `SubwordTokenizer` (tf.data, exports)."""
         if self._tokenizer is None:
-            if not self.tokenizer_path.is_file():
-                raise RunError(f"{self.tokenizer_path} not found: is {self.directory} a "
-                               "training run whose vocabulary was built?")
-            self._tokenizer = SubwordTokenizer.load(self.tokenizer_path)
+            from pipelines.tokenizer import SubwordTokenizer
+
+            self._tokenizer = SubwordTokenizer(self._vocabulary_bytes_or_fail())
         return self._tokenizer
+
+    def vocabulary(self):
+        """The run's vocabulary as a plain-Python `Vocabulary` (no TensorFlow)."""
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary(self._vocabulary_bytes_or_fail())
+        return self._vocabulary
 
     def use_vocabulary(self, model_path, info=None):
         """Takes the vocabulary of prepared data (`model_path`, a sentencepiece model) as the
@@ -266,7 +562,7 @@ class Run:
         vocabulary: a different one is refused.
 
         Returns:
-            the run's tokenizer.
+            the run's `Vocabulary`.
         """
         data = pathlib.Path(model_path).read_bytes()
         if self.tokenizer_path.is_file():
@@ -274,12 +570,12 @@ class Run:
                 raise RunError(f"{self.tokenizer_path} differs from the vocabulary of the "
                                f"prepared data ({model_path}): prepare the data with the run's "
                                "vocabulary, or train into a new output directory.")
-            return self.tokenizer()
+            return self.vocabulary()
         write_bytes(self.tokenizer_path, data)
         write_json(self.tokenizer_path.with_name("spm.json"),
                    {"from": str(model_path), **(info or {})})
-        self._tokenizer = None
-        return self.tokenizer()
+        self._tokenizer = self._vocabulary = None
+        return self.vocabulary()
 
     def vocabulary_bytes(self):
         """The run's sentencepiece model (bytes), or None before it has one."""
@@ -290,7 +586,7 @@ class Run:
         """A new, built `Transformer` of the run's architecture and vocabulary."""
         from keras_transformer.models.transformer import Transformer
 
-        model = Transformer(vocab_size=self.tokenizer().vocab_size,
+        model = Transformer(vocab_size=self.vocabulary().vocab_size,
                             **self.config.architecture)
         model.build()
         return model
@@ -326,60 +622,61 @@ class Run:
         return self.model_path.is_file()
 
     # Checkpoints.
-    def checkpoint_manager(self, model, optimizer, keep, directory=None, data_position=None):
-        """(tf.train.Checkpoint, tf.train.CheckpointManager) of the model and optimizer,
-        saving into the run's checkpoints (or `directory`), keeping the last `keep`.
-
-        `data_position` (an int64 tf.Variable: training batches read per input pipeline) is
-        saved with each checkpoint too; `data_position(path)` reads it back. The returned
-        checkpoint (for `restore`) leaves it out, so checkpoints made without it restore.
-        """
-        checkpoint = training_checkpoint(model, optimizer)
-        saved = checkpoint
-        if data_position is not None:
-            saved = tf.train.Checkpoint(model=checkpoint.model, optimizer=checkpoint.optimizer,
-                                        data_position=data_position)
-        manager = tf.train.CheckpointManager(
-            saved, str(directory or self.checkpoint_dir), max_to_keep=keep)
-        return checkpoint, manager
-
-    @staticmethod
-    def data_position(path):
-        """The data position saved with checkpoint `path`, or None when it has none."""
-        key = "data_position/.ATTRIBUTES/VARIABLE_VALUE"
-        if key not in dict(tf.train.list_variables(str(path))):
-            return None
-        return int(tf.train.load_variable(str(path), key))
+    def save_checkpoint(self, model, step, data_position=None, keep=None, directory=None):
+        """Saves `model` and its compiled optimizer as checkpoint `step` with the data position
+        (training batches read per input pipeline) into the run's checkpoints (or
+        `directory`), keeping the newest `keep` (None: all). Returns the path."""
+        return save_checkpoint(model, directory or self.checkpoint_dir, step, data_position,
+                               keep)
 
     def checkpoints(self):
-        """Paths of the run's checkpoints, oldest first (those the index lists and whose
-        files are there)."""
-        state = tf.train.get_checkpoint_state(str(self.checkpoint_dir))
-        if state is None:
-            return []
-        paths = []
-        for path in state.all_model_checkpoint_paths:
-            path = str(self.checkpoint_dir / pathlib.Path(path).name)  # the run may have moved
-            if tf.io.gfile.exists(path + ".index"):
-                paths.append(path)
-        return paths
+        """Paths of the run's checkpoints, oldest first, both formats (`list_checkpoints`)."""
+        return list_checkpoints(self.checkpoint_dir)
 
-    def restore(self, checkpoint):
-        """Restores `checkpoint` (from `checkpoint_manager`) from the newest checkpoint that
+    checkpoint_step = staticmethod(checkpoint_step)
+    data_position = staticmethod(read_data_position)
+
+    def restore(self, model):
+        """Restores `model` (compiled: its optimizer too) from the newest checkpoint that
         reads. A damaged one is named in a warning and the one before it is used.
 
         Returns:
-            the path restored from, or None when the run has no checkpoint.
+            the `Checkpoint` (path, step, data position) restored from, or None when the run
+            has no readable checkpoint.
         """
         for path in reversed(self.checkpoints()):
             try:
-                # expect_partial: the data position is read on its own (`data_position`).
-                checkpoint.restore(path).assert_existing_objects_matched().expect_partial()
-                return path
-            except _DAMAGE as error:
-                log.warning("checkpoint %s is damaged (%s: %s); using the one before it",
-                            path, type(error).__name__, _first_line(error))
+                return restore_checkpoint(model, path)
+            except _Damaged as error:
+                log.warning("checkpoint %s is damaged (%s); using the one before it", path,
+                            error)
         return None
+
+    def convert_checkpoints(self, model):
+        """Rewrites the run's TensorFlow checkpoints (runs made before the Keras format) as
+        Keras checkpoints, with their optimizer state and data position, and deletes them
+        (TensorFlow backend only). `model` is compiled as for training. A damaged one is
+        named and left as it is.
+
+        Returns:
+            the paths written.
+        """
+        written = []
+        for path in self.checkpoints():
+            if not is_tensorflow_checkpoint(path):
+                continue
+            try:
+                restored = restore_checkpoint(model, path)
+            except _Damaged as error:
+                log.warning("checkpoint %s is damaged (%s); not converted", path, error)
+                continue
+            written.append(self.save_checkpoint(model, restored.step, restored.data_position))
+            for old in (*self.checkpoint_dir.glob(f"ckpt-{restored.step}.data-*"),
+                        self.checkpoint_dir / f"ckpt-{restored.step}.index"):
+                old.unlink(missing_ok=True)
+        if not any(self.checkpoint_dir.glob("ckpt-*.index")):
+            (self.checkpoint_dir / "checkpoint").unlink(missing_ok=True)
+        return written
 
     def average(self, last_k, model=None, every=1):
         """The mean of the weights of the last `last_k` checkpoints, taking every `every`-th

@@ -59,7 +59,7 @@ def _choose_weights(run, sources, references):
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
 
-    config, tokenizer = run.config, run.tokenizer()
+    config, tokenizer = run.config, run.vocabulary()
     available = len(run.checkpoints())
     results, best = {}, None
     for k, every in AVERAGE_CANDIDATES:
@@ -104,19 +104,16 @@ def _choose_alpha(model, tokenizer, config, sources, references, beam):
 def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="saved_models",
         train_steps=None):
     """Runs the main job; returns the summary dict (also written to RUN_DIR/summary.json)."""
-    import tensorflow as tf
-    from absl import logging as absl_logging
+    import keras
     from tqdm import tqdm
 
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
-    from keras_transformer.export.saved_model import export_saved_model
     from keras_transformer.runs import Run, make_config
     from keras_transformer.runs.run import write_lines
     from keras_transformer.training.trainer import train
     from pipelines import datasets
 
-    absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     mode = "full" if full else "quick"
     settings = dict(FULL if full else QUICK)
@@ -140,7 +137,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     else:
         summary["training"] = train(config)
         run.write_json(TRAIN_SUMMARY, summary["training"])
-    config, tokenizer = run.config, run.tokenizer()
+    config, tokenizer = run.config, run.vocabulary()
 
     print("== 2/5 choosing on val: the weights (final, or an average of checkpoints), then "
           "the length penalty", flush=True)
@@ -179,20 +176,17 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
                                                "sacrebleu_signature")}
         print(f"{key}: " + "\n  ".join(result["lines"]), flush=True)
 
-    print(f"== 4/5 SavedModel export -> {export_dir}/{name}/", flush=True)
-    path = export_saved_model(model, tokenizer, pathlib.Path(export_dir) / name,
-                              max_input_length=config.max_length)
-    summary["saved_model"] = str(path)
-    print(f"exported to {path}", flush=True)
-
-    print("== 5/5 example translations through the exported SavedModel", flush=True)
-    loaded = tf.saved_model.load(str(path))
-    outputs = loaded.serve(tf.constant(EXAMPLES), beam_size=tf.constant(beam),
-                           alpha=tf.constant(alpha, tf.float32))["translations"].numpy()
     summary["examples"] = {}
-    for source, output in zip(EXAMPLES, outputs):
-        summary["examples"][source] = output.decode("utf-8")
-        print(f"  {source}\n    -> {output.decode('utf-8')}", flush=True)
+    if keras.backend.backend() == "tensorflow":
+        _export_and_show(summary, model, run, config, export_dir, name, beam, alpha)
+    else:
+        print(f"== 4/5 SavedModel export: skipped (Keras runs on {keras.backend.backend()}; a "
+              f"SavedModel is TensorFlow's): export the run later with KERAS_BACKEND=tensorflow "
+              f"keras-transformer export --run-dir {run_dir}", flush=True)
+        print("== 5/5 example translations (in process)", flush=True)
+        for source, output in zip(EXAMPLES, translator.translate(EXAMPLES)):
+            summary["examples"][source] = output
+            print(f"  {source}\n    -> {output}", flush=True)
 
     summary["job_minutes"] = round((time.monotonic() - started) / 60, 1)
     run.write_json(SUMMARY, summary)
@@ -216,3 +210,26 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     print(f"  whole job: {summary['job_minutes']} min; details in {run.file(SUMMARY)}",
           flush=True)
     return summary
+
+
+def _export_and_show(summary, model, run, config, export_dir, name, beam, alpha):
+    """Steps 4 and 5 on TensorFlow: the SavedModel export, and the examples through it."""
+    import tensorflow as tf
+    from absl import logging as absl_logging
+
+    from keras_transformer.export.saved_model import export_saved_model
+
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    print(f"== 4/5 SavedModel export -> {export_dir}/{name}/", flush=True)
+    path = export_saved_model(model, run.tokenizer(), pathlib.Path(export_dir) / name,
+                              max_input_length=config.max_length)
+    summary["saved_model"] = str(path)
+    print(f"exported to {path}", flush=True)
+
+    print("== 5/5 example translations through the exported SavedModel", flush=True)
+    loaded = tf.saved_model.load(str(path))
+    outputs = loaded.serve(tf.constant(EXAMPLES), beam_size=tf.constant(beam),
+                           alpha=tf.constant(alpha, tf.float32))["translations"].numpy()
+    for source, output in zip(EXAMPLES, outputs):
+        summary["examples"][source] = output.decode("utf-8")
+        print(f"  {source}\n    -> {output.decode('utf-8')}", flush=True)

@@ -9,7 +9,18 @@
     trainer.py     train(config): a run from its config to model.keras
 """
 
-from keras_transformer.training.callbacks import NanGuard, TrainingError  # noqa: F401
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy  # noqa: F401
 from keras_transformer.training.schedule import TransformerSchedule  # noqa: F401
-from keras_transformer.training.trainer import compile_model, train  # noqa: F401
+
+# The training loop and its callbacks load when first used: importing the loss (as the
+# package does) must not load the trainer's data pipelines and their TensorFlow.
+_LAZY = {"NanGuard": "callbacks", "TrainingError": "callbacks", "compile_model": "trainer",
+         "train": "trainer"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

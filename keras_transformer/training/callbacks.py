@@ -9,11 +9,13 @@ import math
 import time
 
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 from tqdm import tqdm
 
 from keras_transformer.errors import UserError
-from keras_transformer.training.metrics import Perplexity, TokenAccuracy
+from keras_transformer.training.loss import smoothed_token_losses
+from pipelines.special_ids import PAD_ID
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ class Progress(keras.callbacks.Callback):
     Args:
         step_fn: returns the current optimizer step.
         total_steps: the run's train_steps.
-        tokens: a scalar variable counting the tokens handed to training (or None).
+        tokens: returns the number of tokens handed to training so far (or None).
         interval: seconds between refreshes (None: 1 s on a terminal, 30 s in a log file).
     """
 
@@ -53,7 +55,7 @@ class Progress(keras.callbacks.Callback):
         interval = self.interval
         if interval is None:
             interval = 1.0 if getattr(file, "isatty", lambda: False)() else 30.0
-        self._start_tokens = int(self.tokens.numpy()) if self.tokens is not None else 0
+        self._start_tokens = self.tokens() if self.tokens is not None else 0
         self._start_time = time.monotonic()
         self.bar = tqdm(total=self.total_steps, initial=self.step_fn(), desc="training",
                         unit=" steps", file=file, mininterval=interval, maxinterval=interval,
@@ -73,7 +75,7 @@ class Progress(keras.callbacks.Callback):
             if logs and "loss" in logs:
                 postfix["loss"] = f"{float(logs['loss']):.3f}"
             if self.tokens is not None:
-                tokens = int(self.tokens.numpy()) - self._start_tokens
+                tokens = self.tokens() - self._start_tokens
                 postfix["tokens/s"] = f"{tokens / max(now - self._start_time, 1e-9):,.0f}"
             self.bar.set_postfix(postfix, refresh=False)
 
@@ -83,23 +85,27 @@ class Progress(keras.callbacks.Callback):
 
 
 class PeriodicCheckpoint(keras.callbacks.Callback):
-    """Saves every `minutes` of training and/or every `steps` optimizer steps, and at the end.
+    """Saves a checkpoint of the run every `minutes` of training and/or every `steps` optimizer
+    steps, and at the end (`Run.save_checkpoint`: weights, optimizer state, step, data position).
 
     Args:
-        manager: a `tf.train.CheckpointManager` (keeps the last K).
+        run: the `Run` that saves.
         step_fn: returns the current optimizer step (an int).
         minutes: wall-clock interval (paper: 10); None to save by steps only.
         steps: step interval; None to save by time only.
-        before_save: called with (step, batches trained on since `fit` began) before each
-            save, to update saved state such as the data position. Under gradient
-            accumulation a save can fall between updates: the optimizer then holds the
-            gradients of the batches since the last update, and the batch count includes them.
+        keep: how many checkpoints to keep (None: all).
+        data_position: called with the number of batches trained on since `fit` began, returns
+            the data position to save (None: none is saved). Under gradient accumulation a
+            save can fall between updates: the optimizer then holds the gradients of the
+            batches since the last update, and the batch count includes them.
+        directory: where to save instead of the run's checkpoints (a non-chief worker's).
     """
 
-    def __init__(self, manager, step_fn, minutes=10.0, steps=None, before_save=None):
+    def __init__(self, run, step_fn, minutes=10.0, steps=None, keep=None, data_position=None,
+                 directory=None):
         super().__init__()
-        self.manager, self.step_fn, self.before_save = manager, step_fn, before_save
-        self.minutes, self.steps = minutes, steps
+        self.run, self.step_fn, self.data_position = run, step_fn, data_position
+        self.minutes, self.steps, self.keep, self.directory = minutes, steps, keep, directory
         self.last_time = time.monotonic()
         self.last_step = None
         self.batches = 0
@@ -108,9 +114,9 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         step = self.step_fn()
         if step == self.last_step:
             return
-        if self.before_save is not None:
-            self.before_save(step, self.batches)
-        path = self.manager.save(checkpoint_number=step)
+        position = None if self.data_position is None else self.data_position(self.batches)
+        path = self.run.save_checkpoint(self.model, step, position, keep=self.keep,
+                                        directory=self.directory)
         self.last_step, self.last_time = step, time.monotonic()
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
 
@@ -135,7 +141,9 @@ class Validation(keras.callbacks.Callback):
     """Dev loss, perplexity and token accuracy at the end of every Keras epoch (eval_steps).
 
     `results(step)` gives the figures at a step, reusing the pass made at the end of the last
-    epoch when it was made at that step.
+    epoch when it was made at that step. The dev batches are a tf.data.Dataset or a list of
+    numpy batches; the pass is one compiled function per batch shape on either backend
+    (a tf.function, or a jax.jit of the model's stateless call).
     """
 
     def __init__(self, dataset, loss, step_fn):
@@ -144,36 +152,58 @@ class Validation(keras.callbacks.Callback):
         self._step = None
         self.last = (None, None)  # (step, results) of the latest pass
 
+    def _sums(self, logits, labels):
+        """(loss x tokens, tokens, summed NLL, right argmaxes) of one batch."""
+        mask = ops.cast(ops.not_equal(labels, PAD_ID), "float32")
+        tokens = ops.sum(mask)
+        nll = ops.sum(smoothed_token_losses(labels, logits, 0.0) * mask)
+        right = ops.sum(ops.cast(ops.equal(ops.argmax(logits, axis=-1),
+                                           ops.cast(labels, "int32")), "float32") * mask)
+        return ops.stack([self.loss(labels, logits) * tokens, tokens, nll, right])
+
     def _compiled(self):
-        if self._step is None:
-            accuracy, perplexity = TokenAccuracy(), Perplexity()
-            self._metrics = (accuracy, perplexity)
+        if self._step is not None:
+            return self._step
+        model = self.model
+        if keras.backend.backend() == "tensorflow":
+            import tensorflow as tf
 
             @tf.function(reduce_retracing=True)
             def step(inputs, labels):
-                logits = self.model(inputs, training=False)
-                mask = tf.cast(labels != 0, tf.float32)
-                loss = self.loss(labels, logits) * tf.reduce_sum(mask)
-                accuracy.update_state(labels, logits)
-                perplexity.update_state(labels, logits)
-                return loss, tf.reduce_sum(mask)
+                return self._sums(model(inputs, training=False), labels)
+
+            self._step = lambda inputs, labels: step(inputs, labels).numpy()
+        elif keras.backend.backend() == "jax":
+            import jax
+
+            @jax.jit
+            def stateless(trainable, non_trainable, inputs, labels):
+                logits, _ = model.stateless_call(trainable, non_trainable, inputs,
+                                                 training=False)
+                return self._sums(logits, labels)
+
+            def step(inputs, labels):
+                values = stateless([v.value for v in model.trainable_variables],
+                                   [v.value for v in model.non_trainable_variables],
+                                   inputs, labels)
+                return np.asarray(values)
 
             self._step = step
+        else:
+            self._step = lambda inputs, labels: ops.convert_to_numpy(
+                self._sums(model(inputs, training=False), labels))
         return self._step
 
     def evaluate(self):
         step = self._compiled()
-        for metric in self._metrics:
-            metric.reset_state()
-        total = count = 0.0
+        totals = np.zeros(4, np.float64)
         for inputs, labels in self.dataset:
-            loss, tokens = step(inputs, labels)
-            total += float(loss)
-            count += float(tokens)
-        accuracy, perplexity = self._metrics
-        results = {"val_loss": total / max(count, 1.0),
-                   "val_perplexity": float(perplexity.result()),
-                   "val_token_accuracy": float(accuracy.result())}
+            totals += step(inputs, labels)
+        loss, tokens, nll, right = totals
+        tokens = max(tokens, 1.0)
+        results = {"val_loss": loss / tokens,
+                   "val_perplexity": math.exp(min(nll / tokens, 50.0)),
+                   "val_token_accuracy": right / tokens}
         self.last = (self.step_fn(), results)
         return results
 

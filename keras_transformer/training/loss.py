@@ -2,14 +2,18 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from pipelines.special_ids import PAD_ID
 
 
 def global_token_count(local_count):
-    """Non-padding tokens of the whole global batch: summed over replicas under tf.distribute."""
+    """Non-padding tokens of the whole global batch: summed over replicas under tf.distribute
+    (TensorFlow backend; under JAX, Keras' data parallelism sees the global batch as one)."""
+    if keras.backend.backend() != "tensorflow":
+        return local_count
+    import tensorflow as tf
+
     context = tf.distribute.get_replica_context()
     if context is None or context.num_replicas_in_sync == 1:
         return local_count
@@ -26,10 +30,11 @@ def smoothed_token_losses(labels, logits, label_smoothing):
     with lse = logsumexp(z). The (B, T, V) logits are the largest tensors of a training step
     (4096 tokens x 37000 pieces = 606 MB in float32), so the loss touches them as few times as
     it can: one softmax gives -log p_y = lse - z_y and, kept for the backward pass, the
-    gradient, written by hand as (softmax - eps / V) * upstream with (1 - eps) * upstream
-    taken off at the labels, instead of autodiff's chain of broadcasts, a scatter into a zero
-    (B, T, V) tensor and a sum of them. The logits themselves are not kept for the backward
-    pass.
+    gradient. On TensorFlow the gradient is written by hand as (softmax - eps / V) * upstream
+    with (1 - eps) * upstream taken off at the labels, instead of autodiff's chain of
+    broadcasts, a scatter into a zero (B, T, V) tensor and a sum of them; the logits
+    themselves are not kept for the backward pass. On JAX, XLA fuses autodiff's element-wise
+    chain into a few kernels itself, so the same forward pass is differentiated as written.
 
     Args:
         labels: int (B, T), each in [0, V).
@@ -39,37 +44,46 @@ def smoothed_token_losses(labels, logits, label_smoothing):
     Returns:
         float32 (B, T) losses (padding positions included; mask them yourself).
     """
-    logits = tf.cast(logits, tf.float32)
-    labels = tf.cast(labels, tf.int32)
-    shape = tf.shape(labels)
-    vocab = tf.shape(logits)[-1]
-    losses = _fused_smoothed_cross_entropy(
-        tf.reshape(logits, [-1, vocab]), tf.reshape(labels, [-1]), float(label_smoothing)
-    )
-    return tf.reshape(losses, shape)
+    logits = ops.cast(logits, "float32")
+    labels = ops.cast(labels, "int32")
+    shape = ops.shape(labels)
+    vocab = ops.shape(logits)[-1]
+    flat_logits = ops.reshape(logits, (-1, vocab))
+    flat_labels = ops.reshape(labels, (-1,))
+    eps = float(label_smoothing)
+    if keras.backend.backend() == "tensorflow":
+        losses = _tensorflow_fused_losses(flat_logits, flat_labels, eps)
+    else:
+        losses, _ = _smoothed_losses_and_probs(flat_logits, flat_labels, eps)
+    return ops.reshape(losses, shape)
 
 
-def _fused_smoothed_cross_entropy(logits, labels, eps):
-    """(N, V) float32 logits, (N,) labels -> (N,) label-smoothed losses, hand-written gradient.
+def _smoothed_losses_and_probs(logits, labels, eps):
+    """(N, V) float32 logits, (N,) labels -> ((N,) label-smoothed losses, (N, V) softmax).
 
-    One softmax over the logits (oneDNN's kernel on CPU, several times faster there than
-    TensorFlow's SparseSoftmaxCrossEntropyWithLogits) serves the loss and the gradient:
-    lse - z_y = -log p_y, so lse = z_y - log p_y. A p_y below float32's smallest normal number
-    is read as that number (a token loss above 87 is reported as 87; the gradient is exact).
+    One softmax serves the loss (and, on TensorFlow, the gradient): lse - z_y = -log p_y, so
+    lse = z_y - log p_y. A p_y below float32's smallest normal number is read as that number
+    (a token loss above 87 is reported as 87).
     """
     tiny = float(np.finfo(np.float32).tiny)
+    probs = ops.softmax(logits, axis=-1)
+    target_prob = ops.take_along_axis(probs, labels[:, None], axis=1)[:, 0]
+    nll = -ops.log(ops.maximum(target_prob, tiny))
+    if not eps:
+        return nll, probs
+    target_logit = ops.take_along_axis(logits, labels[:, None], axis=1)[:, 0]
+    lse = target_logit + nll
+    return (1.0 - eps) * nll + eps * (lse - ops.mean(logits, axis=-1)), probs
 
-    @tf.custom_gradient
+
+def _tensorflow_fused_losses(logits, labels, eps):
+    """The losses with a hand-written gradient (TensorFlow: oneDNN's softmax is several times
+    faster on CPU than SparseSoftmaxCrossEntropyWithLogits, and the gradient reuses it)."""
+    import tensorflow as tf
+
+    @ops.custom_gradient
     def losses_of(logits):
-        probs = tf.nn.softmax(logits, axis=-1)
-        target_prob = tf.gather(probs, labels[:, None], batch_dims=1)[:, 0]
-        nll = -tf.math.log(tf.maximum(target_prob, tiny))
-        if eps:
-            target_logit = tf.gather(logits, labels[:, None], batch_dims=1)[:, 0]
-            lse = target_logit + nll
-            losses = (1.0 - eps) * nll + eps * (lse - tf.reduce_mean(logits, axis=-1))
-        else:
-            losses = nll
+        losses, probs = _smoothed_losses_and_probs(logits, labels, eps)
 
         def grad(upstream):
             # d loss / d z = softmax - (1 - eps) onehot(y) - eps / V

@@ -10,12 +10,11 @@ dozen separate element-wise ops, each reading and writing whole tensors; for the
     v <- beta_2 v + (1 - beta_2) g^2
     w <- w - lr sqrt(1 - beta_2^t) / (1 - beta_1^t) * m / (sqrt(v) + epsilon)
 
-Sparse gradients, amsgrad and non-TensorFlow backends fall back to Keras' implementation. The
+Sparse gradients, amsgrad and other backends (JAX) fall back to Keras' implementation. The
 variables (iterations, momentums, velocities) are Adam's, so checkpoints are interchangeable.
 """
 
 import keras
-import tensorflow as tf
 
 from keras_transformer.training.schedule import TransformerSchedule
 
@@ -32,8 +31,11 @@ class FusedAdam(keras.optimizers.Adam):
     """Adam with one fused TensorFlow kernel per dense variable update (same maths as Keras)."""
 
     def update_step(self, gradient, variable, learning_rate):
-        if (self.amsgrad or isinstance(gradient, tf.IndexedSlices)
-                or keras.backend.backend() != "tensorflow"):
+        if self.amsgrad or keras.backend.backend() != "tensorflow":
+            return super().update_step(gradient, variable, learning_rate)
+        import tensorflow as tf
+
+        if isinstance(gradient, tf.IndexedSlices):
             return super().update_step(gradient, variable, learning_rate)
         dtype = variable.dtype
         index = self._get_variable_index(variable)
@@ -50,9 +52,12 @@ class FusedAdam(keras.optimizers.Adam):
         )
 
 
-def paper_optimizer(d_model, warmup_steps=4000, lr_scale=1.0, grad_accum_steps=1, fused=True):
-    """Adam with the paper's betas, epsilon and warmup / inverse-square-root schedule
-    (`FusedAdam`, or Keras' own Adam with `fused=False`)."""
+def paper_optimizer(d_model, warmup_steps=4000, lr_scale=1.0, grad_accum_steps=1, fused=None):
+    """Adam with the paper's betas, epsilon and warmup / inverse-square-root schedule:
+    `FusedAdam` on TensorFlow, Keras' own Adam on other backends (or with `fused=False`).
+    The two hold the same variables, so a run's checkpoints move between backends."""
+    if fused is None:
+        fused = keras.backend.backend() == "tensorflow"
     return (FusedAdam if fused else keras.optimizers.Adam)(
         TransformerSchedule(d_model, warmup_steps, scale=lr_scale),
         beta_1=0.9, beta_2=0.98, epsilon=1e-9,

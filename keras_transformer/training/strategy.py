@@ -1,14 +1,45 @@
-"""tf.distribute for training: which strategy a config asks for, and which worker is chief."""
+"""Several devices for training: tf.distribute strategies on TensorFlow (which one a config
+asks for, which worker is chief), Keras' DataParallel distribution on JAX."""
 
 import os
 
-import tensorflow as tf
+import keras
 
 from keras_transformer.errors import ConfigError
 
+TENSORFLOW_ONLY = {"mirrored": "on JAX every local device is used by default "
+                               "(keras.distribution.DataParallel): drop --strategy",
+                   "multiworker": "multi-host training runs under TensorFlow only: set "
+                                  "KERAS_BACKEND=tensorflow"}
+
+
+class OneDevice:
+    """What training needs to know of a strategy when there is none to make (JAX: Keras'
+    distribution does the splitting; one input pipeline, one chief)."""
+
+    num_replicas_in_sync = 1
+    cluster_resolver = None
+
+    def scope(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
 
 def make_strategy(strategy="default", num_replicas=2):
-    """`default`, `mirrored` (local GPUs, else `num_replicas` logical CPUs), `multiworker`."""
+    """`default`, `mirrored` (local GPUs, else `num_replicas` logical CPUs), `multiworker`
+    (TensorFlow). On JAX, `default` spreads each batch over every local device with
+    `keras.distribution.DataParallel`; the TensorFlow strategies are refused by name."""
+    if keras.backend.backend() != "tensorflow":
+        if strategy in TENSORFLOW_ONLY:
+            raise ConfigError(f"--strategy {strategy} is a TensorFlow strategy; "
+                              f"{TENSORFLOW_ONLY[strategy]}.")
+        devices = keras.distribution.list_devices()
+        if len(devices) > 1:
+            keras.distribution.set_distribution(keras.distribution.DataParallel(devices=devices))
+        return OneDevice()
+    import tensorflow as tf
+
     if strategy == "default":
         return tf.distribute.get_strategy()
     if strategy == "multiworker":
@@ -41,6 +72,12 @@ def is_chief(strategy):
 def task_id(strategy):
     resolver = getattr(strategy, "cluster_resolver", None)
     return resolver.task_id if resolver is not None else 0
+
+
+def local_devices():
+    """Devices one batch is split over by Keras' distribution (JAX), else 1."""
+    distribution = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+    return len(distribution.device_mesh.devices.flatten()) if distribution is not None else 1
 
 
 def input_pipelines(strategy):

@@ -20,19 +20,17 @@ import re
 import time
 
 import keras
-import tensorflow as tf
 
 from keras_transformer.runs import Run
 from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint,
                                                   Progress, StopAt, Validation)
+from keras_transformer.training.inputs import (TokenCounter, batches_per_step, dev_data,
+                                               on_tensorflow, train_batches, training_data)
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import paper_optimizer
-from keras_transformer.training.strategy import input_pipelines, is_chief, make_strategy, task_id
-from pipelines import datasets
+from keras_transformer.training.strategy import is_chief, make_strategy, task_id
 from pipelines.errors import DataError
-from pipelines.batching import count_lengths, make_dataset, tokenize_pairs
-from pipelines.prepared import describe, training_dataset
-from pipelines.tokenizer import SubwordTokenizer
+from pipelines.prepared import describe
 
 log = logging.getLogger(__name__)
 
@@ -47,84 +45,13 @@ def compile_model(model, config):
     optimizer = paper_optimizer(model.d_model, config.warmup_steps, config.lr_scale,
                                 config.grad_accum_steps)
     loss = LabelSmoothedCrossEntropy(config.label_smoothing)
-    model.compile(optimizer=optimizer, loss=loss, jit_compile=config.xla)
+    # JAX runs every step through XLA (eager JAX is op by op); TensorFlow when asked (--xla).
+    model.compile(optimizer=optimizer, loss=loss, jit_compile=config.xla or not on_tensorflow())
     # Under mixed_float16 Keras wraps the optimizer in a LossScaleOptimizer: use the wrapper,
     # so checkpoints hold the loss scale too.
     optimizer = model.optimizer
     optimizer.build(model.trainable_variables)
     return optimizer, loss
-
-
-class TokenCounter:
-    """Counts real source + target tokens handed to training (for the closing tokens/s)."""
-
-    def __init__(self):
-        self.tokens = tf.Variable(0, dtype=tf.int64, trainable=False)
-
-    def step(self):
-        def count(inputs, labels):
-            source, _ = inputs
-            real = (tf.math.count_nonzero(source) + tf.math.count_nonzero(labels)
-                    + tf.math.count_nonzero(tf.reduce_any(labels != 0, axis=1)))  # + BOS
-            return tf.group(self.tokens.assign_add(real))
-
-        def apply(dataset):
-            def counted(inputs, labels):
-                with tf.control_dependencies([count(inputs, labels)]):
-                    return tf.nest.map_structure(tf.identity, (inputs, labels))
-
-            return dataset.map(counted)
-
-        return apply
-
-
-def batches_per_step(config, strategy):
-    """Training batches each input pipeline hands over per optimizer step."""
-    return (config.grad_accum_steps * strategy.num_replicas_in_sync
-            // input_pipelines(strategy))
-
-
-def train_dataset(data, config, strategy, start, counter):
-    """Token-budget batches of the prepared training data, repeated, one pipeline per worker
-    (each reading its own shards), from batch number `start` of each pipeline's stream."""
-
-    def build(input_context=None):
-        worker, workers = 0, 1
-        if input_context is not None:
-            worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
-        plan, dataset = training_dataset(
-            data, config.tokens_per_batch, config.max_length, config.seed,
-            pad_to_bucket=config.pad_to_bucket, worker=worker, num_workers=workers, start=start)
-        if workers > 1:
-            print(f"input pipeline {worker} of {workers} reads shards "
-                  f"{','.join(map(str, plan.shards))}", flush=True)
-        return dataset.apply(counter.step())
-
-    if strategy.num_replicas_in_sync == 1:
-        return build()
-    return strategy.distribute_datasets_from_function(build)
-
-
-def training_data(run, config, chief):
-    """The run's prepared training data (from the cache, else prepared now) and tokenizer. A
-    run that has a vocabulary keeps it; a new run takes the prepared data's."""
-    data = datasets.prepare_training_data(config.dataset, **config.prepared_data_arguments(),
-                                          vocabulary=run.vocabulary_bytes(),
-                                          progress=chief and config.verbose > 0)
-    if chief:
-        tokenizer = run.use_vocabulary(data.tokenizer_path, {
-            "vocab_size": data.statistics["vocab_size"],
-            "sha256": data.statistics["vocabulary_sha256"]})
-    else:
-        tokenizer = SubwordTokenizer.load(data.tokenizer_path)
-    return data, tokenizer
-
-
-def _report_dev_lengths(pairs, tokenizer, max_length):
-    counts = count_lengths(pairs.apply(tokenize_pairs(tokenizer)), max_length)
-    if counts["too_long"]:
-        log.warning("dev: %d pairs longer than max_length=%d are not evaluated",
-                    counts["too_long"], max_length)
 
 
 def train(config):
@@ -140,67 +67,62 @@ def train(config):
         run.save_config(config)
 
     # Data and vocabulary: the training pairs come prepared (tokenized, sharded) from the cache.
-    data, tokenizer = training_data(run, config, chief)
+    data, vocabulary = training_data(run, config, chief)
     if chief:
         print(describe(data), flush=True)
-    dev_pairs = datasets.load_pairs(config.dataset, "dev", **config.data_arguments())
+    dev, dev_texts = dev_data(config, run)
 
     # Model, optimizer, checkpoints; resume from the newest readable checkpoint.
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
         model = run.build_model()
         optimizer, loss = compile_model(model, config)
-    directory = None if chief else run.worker_checkpoint_dir(task_id(strategy))
-    # The data position (batches each input pipeline has handed over) is saved with every
-    # checkpoint: a resumed run reads on from exactly there.
-    position = tf.Variable(0, dtype=tf.int64, trainable=False)
-    checkpoint, manager = run.checkpoint_manager(model, optimizer, config.keep_checkpoints,
-                                                 directory, data_position=position)
-    restored = run.restore(checkpoint)
+    # Every worker resumes from the run's checkpoints; only the chief's saves are the run's.
+    restored = run.restore(model)
     per_step = batches_per_step(config, strategy)
 
-    def step_fn():
-        return int(optimizer.iterations.numpy())
+    step_fn = _step_counter(model, optimizer)
 
     start_step = step_fn()
     start = 0
     if restored:
-        saved = run.data_position(restored)
+        # The data position (batches each input pipeline has handed over) is saved with every
+        # checkpoint: a resumed run reads on from exactly there.
+        saved = restored.data_position
         start = start_step * per_step if saved is None else saved
-        print(f"resumed from {restored} at step {start_step}, training batch {start}",
+        print(f"resumed from {restored.path} at step {start_step}, training batch {start}",
               flush=True)
     if start_step >= config.train_steps:
         print(f"nothing to do: step {start_step} >= train_steps {config.train_steps}")
         return {"step": start_step, "run_dir": str(run.directory)}
     counter = TokenCounter()
-    train_data = train_dataset(data, config, strategy, start, counter)
+    train_data = train_batches(data, config, strategy, start, counter)
 
     callbacks = [NanGuard(step_fn)]
     validation = None
-    if dev_pairs is not None:
-        dev = make_dataset(dev_pairs, tokenizer, config.tokens_per_batch, config.max_length,
-                           shuffle=False)
-        _report_dev_lengths(dev_pairs, tokenizer, config.max_length)
+    if dev is not None:
         validation = Validation(dev, loss, step_fn)
         callbacks.append(validation)
         if config.bleu_steps:
-            sources, references = datasets.pair_texts(dev_pairs, config.bleu_sentences)
-            callbacks.append(DevBleu(tokenizer, sources, references, config.bleu_steps, step_fn,
+            callbacks.append(DevBleu(vocabulary, *dev_texts, config.bleu_steps, step_fn,
                                      config.max_length))
     stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
     multiworker = config.strategy == "multiworker"
     checkpoint_minutes = None if multiworker else config.checkpoint_minutes
     checkpoint_steps = config.checkpoint_steps or (config.eval_steps if multiworker else None)
     callbacks += [
-        PeriodicCheckpoint(manager, step_fn, checkpoint_minutes, checkpoint_steps,
-                           before_save=lambda step, batches: position.assign(
-                               start + batches * per_step // config.grad_accum_steps)),
+        PeriodicCheckpoint(
+            run, step_fn, checkpoint_minutes, checkpoint_steps,
+            keep=config.keep_checkpoints if chief else 1,
+            data_position=lambda batches: start + batches * per_step // config.grad_accum_steps,
+            directory=None if chief else run.worker_checkpoint_dir(task_id(strategy))),
         stop,
-        keras.callbacks.TensorBoard(str(run.logs_dir("train" if chief else "worker")),
-                                    update_freq=50),
     ]
+    if on_tensorflow():  # TensorBoard's summaries are TensorFlow's
+        callbacks.append(keras.callbacks.TensorBoard(
+            str(run.logs_dir("train" if chief else "worker")), update_freq=50))
     if chief and config.verbose >= 1:  # steps of the run, not Keras' epochs of eval_steps
-        callbacks.append(Progress(step_fn, config.train_steps, counter.tokens))
+        callbacks.append(Progress(step_fn, config.train_steps, counter.count))
 
     # A Keras epoch is eval_steps optimizer steps, i.e. eval_steps x grad_accum_steps batches.
     epochs = math.ceil(config.train_steps / config.eval_steps)
@@ -210,15 +132,16 @@ def train(config):
                   steps_per_epoch=config.eval_steps * config.grad_accum_steps, shuffle=False,
                   initial_epoch=min(start_step // config.eval_steps, epochs - 1),
                   callbacks=callbacks, verbose=2 if chief and config.verbose >= 2 else 0)
-    except tf.errors.OpError as error:
-        # A shard damaged while training ran reaches fit as an op error around our message.
+    except Exception as error:
+        # A shard damaged while training ran reaches fit (tf.data) as an op error around our
+        # message.
         damaged = re.search(r"pipelines\.errors\.DataError: (.*)", str(error))
-        if damaged:
+        if damaged and not isinstance(error, DataError):
             raise DataError(damaged.group(1)) from None
         raise
     seconds = time.monotonic() - started
 
-    tokens = int(counter.tokens.numpy())
+    tokens = counter.count()
     step = step_fn()
     summary = {"run_dir": str(run.directory), "start_step": start_step, "step": step,
                "seconds": round(seconds, 1), "tokens": tokens,
@@ -228,8 +151,27 @@ def train(config):
         summary.update(validation.results())  # the pass at the last epoch's end, if current
     if chief:
         summary["model"] = str(run.save_model(model))
+    summary["backend"] = keras.backend.backend()
     print(f"training done: step {start_step} -> {step} in {seconds:.0f} s "
           f"({summary['tokens_per_s']:.0f} tokens/s, source + target), {summary['stopped']}"
           + (f"; dev loss {summary['val_loss']:.3f}, perplexity {summary['val_perplexity']:.2f}"
              if "val_loss" in summary else ""), flush=True)
     return summary
+
+
+def _step_counter(model, optimizer):
+    """A function returning the current optimizer step. On JAX, `fit` keeps the variables'
+    new values to itself between epochs: the step is read from that state (no device sync of
+    the weights)."""
+    if on_tensorflow():
+        return lambda: int(optimizer.iterations.numpy())
+
+    def step():
+        state = getattr(model, "_jax_state", None)
+        if state and state.get("optimizer_variables"):
+            for variable, value in zip(optimizer.variables, state["optimizer_variables"]):
+                if variable is optimizer.iterations or variable.path == optimizer.iterations.path:
+                    return int(value)
+        return int(keras.ops.convert_to_numpy(optimizer.iterations))
+
+    return step

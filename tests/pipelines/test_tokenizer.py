@@ -72,3 +72,18 @@ def test_tokenizer_survives_reseeding(tmp_path):
     before = tokenizer.tokenize(tf.constant(["two three"])).to_list()
     tf.random.set_seed(7)
     assert tokenizer.tokenize(tf.constant(["two three"])).to_list() == before
+
+
+def test_python_vocabulary_gives_the_ids_and_texts_of_the_tensorflow_tokenizer():
+    from pipelines.vocabulary import Vocabulary
+
+    texts = ["the cat sat on the mat", "a dog ran in the park"] * 40
+    tokenizer = train_tokenizer(texts, 300, progress=False)
+    vocabulary = Vocabulary(tokenizer.model_proto)
+    sample = ["the 猫 sat  on ✓ mat ", "a dog", ""]
+    ids = vocabulary.encode(sample)
+    assert ids == tokenizer.tokenize(tf.constant(sample)).to_list()
+    padded = [row + [2, 0, 0][: 3] + [0] * (12 - len(row)) for row in ids]
+    assert vocabulary.decode(padded) == [
+        t.decode() for t in tokenizer.detokenize_dense(padded).numpy()]
+    assert vocabulary.decode(padded) == [normalize_whitespace(s) for s in sample]

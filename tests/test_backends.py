@@ -1,0 +1,107 @@
+"""The JAX path: a run trained under JAX with TensorFlow unimportable, then averaged, evaluated
+and exported under TensorFlow, and resumed under JAX at its saved data position; the
+TensorFlow-only commands refused by name under JAX."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.training_helpers import train_command
+
+pytest.importorskip("jax")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# Runs the keras-transformer command with KERAS_BACKEND=jax where importing TensorFlow,
+# tensorflow-text or tensorflow-datasets fails (as on a GPU machine without them).
+NO_TENSORFLOW = """
+import sys
+for name in ("tensorflow", "tensorflow_text", "tensorflow_datasets"):
+    sys.modules[name] = None
+from keras_transformer.cli import main
+code = main(sys.argv[1:])
+assert not any(sys.modules.get(n) for n in ("tensorflow", "tensorflow_text",
+                                            "tensorflow_datasets"))
+sys.exit(code)
+"""
+
+
+def jax_command(*arguments, cwd=ROOT):
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-c", NO_TENSORFLOW, *arguments], capture_output=True,
+                          text=True, timeout=600, env=env, cwd=cwd)
+
+
+def tf_command(*arguments):
+    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
+    return subprocess.run([sys.executable, "-m", "keras_transformer.cli", *arguments],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def prepared(toy_corpus):
+    """The toy corpus prepared under TensorFlow (the folder `prepare` prints)."""
+    done = tf_command("prepare", "--dataset", "text", "--train-src", str(toy_corpus["train.src"]),
+                      "--train-tgt", str(toy_corpus["train.tgt"]), "--vocab-size", "400",
+                      "--max-length", "32", "--verbose", "0")
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def jax_train(corpus, prepared, output_dir, steps):
+    # train_command's first three items start the TensorFlow CLI; keep its flags only.
+    flags = train_command(corpus, output_dir)[3:]
+    return jax_command(*flags, "--prepared-data", prepared, "--train-steps", str(steps),
+                       "--eval-steps", "3", "--checkpoint-steps", "3", "--dropout", "0.0")
+
+
+@pytest.mark.slow
+def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepared, tmp_path):
+    run_dir = tmp_path / "run"
+    trained = jax_train(toy_corpus, prepared, run_dir, 6)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert "training done: step 0 -> 6" in trained.stdout
+    checkpoint = json.loads((run_dir / "checkpoints" / "ckpt-6.json").read_text())
+    assert checkpoint["backend"] == "jax" and checkpoint["data_position"] == 6
+
+    # Under TensorFlow: averaged, evaluated, exported.
+    averaged = tf_command("average", "--run-dir", str(run_dir), "--last", "2")
+    assert averaged.returncode == 0, averaged.stderr[-3000:]
+    assert "ckpt-3.weights.h5, ckpt-6.weights.h5" in averaged.stdout
+    evaluated = tf_command("evaluate", "--run-dir", str(run_dir), "--src",
+                           str(toy_corpus["dev.src"]), "--ref", str(toy_corpus["dev.tgt"]),
+                           "--beam", "2")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    tf_score = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    exported = tf_command("export", "--run-dir", str(run_dir), "--output-dir",
+                          str(tmp_path / "export"))
+    assert exported.returncode == 0, exported.stderr[-3000:]
+
+    # The same weights evaluated under JAX (no TensorFlow) score the same.
+    evaluated = jax_command("evaluate", "--run-dir", str(run_dir), "--src",
+                            str(toy_corpus["dev.src"]), "--ref", str(toy_corpus["dev.tgt"]),
+                            "--beam", "2")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads(evaluated.stdout.strip().splitlines()[-1])["sacrebleu"] == pytest.approx(
+        tf_score["sacrebleu"], abs=0.01)
+
+    # Resumed under JAX from the last checkpoint, at its data position.
+    resumed = jax_train(toy_corpus, prepared, run_dir, 9)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "at step 6, training batch 6" in resumed.stdout
+    assert "training done: step 6 -> 9" in resumed.stdout
+
+
+def test_tensorflow_only_commands_are_refused_by_name_under_jax(toy_corpus, tmp_path):
+    refused = jax_command("export", "--run-dir", str(tmp_path))
+    assert refused.returncode == 2
+    assert "export runs under TensorFlow only" in refused.stderr
+    assert "KERAS_BACKEND=tensorflow" in refused.stderr
+    flags = train_command(toy_corpus, tmp_path / "run")[3:]
+    refused = jax_command(*flags, "--strategy", "mirrored")
+    assert refused.returncode == 2
+    assert "--strategy mirrored is a TensorFlow strategy" in refused.stderr
