@@ -62,11 +62,8 @@ def main(argv=None):
     sources, references = read(args.src_lang), read(args.tgt_lang)
     translator = Translator.from_run(args.run_dir, batch_size=len(sources))
     rows = translator.encode(sources)
-    detokenize = translator.tokenizer.detokenize_dense
-
     def texts(id_lists):
-        dense = tf.ragged.constant(id_lists).to_tensor()
-        return [t.decode("utf-8") for t in detokenize(dense).numpy()]
+        return translator.vocabulary.decode(tf.ragged.constant(id_lists).to_tensor().numpy())
 
     def bleu(hypotheses):
         return round(sacrebleu.corpus_bleu(hypotheses, [references]).score, 2)
