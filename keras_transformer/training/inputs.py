@@ -156,8 +156,8 @@ def fixed_shape(batch, bounds, tokens_per_batch, devices=1):
 
 
 def dev_data(config, tokenizer_source):
-    """The dev set: (batches to evaluate, (source texts, reference texts)), or (None, None)
-    when the dataset has no dev split here.
+    """The dev set: (batches to evaluate, (source texts, reference texts) or None when no dev
+    BLEU is asked for), or (None, None) when the dataset has no dev split here.
 
     On TensorFlow the batches are a tf.data.Dataset (`tokenizer_source`: the run), elsewhere a
     list of numpy batches tokenized with the run's `Vocabulary`."""
@@ -172,7 +172,9 @@ def dev_data(config, tokenizer_source):
         _report_too_long(counts["too_long"], config.max_length)
         batches = make_dataset(pairs, tokenizer, config.tokens_per_batch, config.max_length,
                                shuffle=False)
-        return batches, datasets.pair_texts(pairs, config.bleu_sentences)
+        # The texts serve only the dev BLEU: read them only when it is on.
+        texts = datasets.pair_texts(pairs, config.bleu_sentences) if config.bleu_steps else None
+        return batches, texts
     try:
         sources, references = datasets.split_texts(config.dataset, "dev",
                                                    **config.data_arguments())

@@ -166,12 +166,15 @@ def _step_counter(model, optimizer):
     if on_tensorflow():
         return lambda: int(optimizer.iterations.numpy())
 
+    # Where the step counter sits among the optimizer's variables (found once: several
+    # callbacks ask for the step after every batch).
+    paths = [v.path for v in optimizer.variables]
+    index = paths.index(optimizer.iterations.path) if optimizer.iterations.path in paths else None
+
     def step():
         state = getattr(model, "_jax_state", None)
-        if state and state.get("optimizer_variables"):
-            for variable, value in zip(optimizer.variables, state["optimizer_variables"]):
-                if variable is optimizer.iterations or variable.path == optimizer.iterations.path:
-                    return int(value)
+        if index is not None and state and state.get("optimizer_variables"):
+            return int(state["optimizer_variables"][index])
         return int(keras.ops.convert_to_numpy(optimizer.iterations))
 
     return step
