@@ -1,48 +1,79 @@
-"""Recipe sweep for the main job (issue 17): each setting trains Multi30k en-de for the same
-short budget of training time, then decodes the first 500 val sentences greedily with its final
-weights. Quality per CPU-minute, compared on val only (test2016 is never read here).
+"""Recipe sweep for the main job: each setting trains Multi30k en-de for a budget of optimizer
+steps (the same work on every machine), its warmup a fixed fraction of that budget, then decodes
+the first 500 val sentences greedily with its final weights and with the average of its last 5
+checkpoints. Settings are ranked on val only (test2016 is never read here).
 
-    python benchmarks/recipe_sweep.py                        # every setting, 12 minutes each
-    python benchmarks/recipe_sweep.py --minutes 15 --only base,warmup200
+    python benchmarks/recipe_sweep.py --steps 600                  # every setting, 600 steps
+    python benchmarks/recipe_sweep.py --steps 1200 --only base,layers2
     python benchmarks/recipe_sweep.py --list
 
-Runs go to OUTPUT/<setting>/; a setting whose result is in OUTPUT/results.jsonl is skipped, so
-running the command again resumes the sweep. A setting cut short is trained again from the
-start (the time limit counts from each start, so resuming it would give it more than the
-budget). Between settings the sweep waits
-while the file OUTPUT/PAUSE exists (so a quiet measurement can take the cores). Prints one JSON
-line per setting as it finishes and a last one with every result.
+Runs go to OUTPUT/<setting>-<steps>/ and results to OUTPUT/results.jsonl (one line per setting
+and budget). A setting with a result is skipped, so the same command resumes the sweep; a
+setting cut short resumes from its last checkpoint at its saved data position (the same batches
+an uninterrupted run would see). Between settings the sweep waits while the file OUTPUT/PAUSE
+exists (so a quiet measurement can take the cores). Prints one JSON line per setting as it
+finishes and a last one with every result of this budget.
+
+Each line: the setting and its changes, steps, warmup, params, GFLOP per step (matmul FLOPs,
+forward and backward: 6 x weights x tokens of each side, the output projection included),
+training minutes, tokens/s, the CPU (model, class, cores, TF_ENABLE_ONEDNN_OPTS), val
+perplexity, and val BLEU (sacreBLEU, greedy, first 500) of the final weights and of the
+average of the last 5 checkpoints.
 """
 
 import argparse
 import json
 import os
 import pathlib
-import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit  # noqa: E402
+from common import emit, matmul_params  # noqa: E402
 
-from keras_transformer.tasks.main_job import VAL_SENTENCES  # noqa: E402  (the job's val slice)
+from keras_transformer.hardware import describe_cpu  # noqa: E402
+from keras_transformer.tasks.main_job import RECIPE, VAL_SENTENCES  # noqa: E402
 
-# Every setting starts from the main job's recipe (the `multi30k` preset, 8000 pieces, 4096
-# tokens per batch, warmup 800) and changes what its name says.
-BASE = dict(preset="multi30k", vocab_size=8000, tokens_per_batch=4096, warmup_steps=800)
+# Every setting starts from the main job's recipe (the `multi30k` preset: 3 layers, d_model 256,
+# d_ff 1024, dropout 0.2; 8000 pieces, 4096 tokens per batch, label smoothing 0.1) with its
+# warmup as a fraction of the budget (the demo's 800 of 1200 steps), and changes what its name
+# says.
+BASE = dict(preset=RECIPE["preset"], vocab_size=RECIPE["vocab_size"],
+            tokens_per_batch=RECIPE["tokens_per_batch"], warmup_fraction=2 / 3)
 SETTINGS = {
     "base": {},
-    "warmup200": dict(warmup_steps=200),
-    "warmup200-tokens2048": dict(warmup_steps=200, tokens_per_batch=2048),
-    "warmup200-lr2": dict(warmup_steps=200, lr_scale=2.0),
-    "warmup200-dropout0.1": dict(warmup_steps=200, dropout=0.1),
-    "warmup200-vocab4000": dict(warmup_steps=200, vocab_size=4000),
-    "warmup200-layers2": dict(warmup_steps=200, num_layers=2),
-    "tiny-d128-warmup200": dict(preset="multi30k-tiny", warmup_steps=200),
+    "layers2": dict(num_layers=2),
+    "warmup0.33": dict(warmup_fraction=1 / 3),
+    "layers2-warmup0.33": dict(num_layers=2, warmup_fraction=1 / 3),
+    "layers2-warmup0.17": dict(num_layers=2, warmup_fraction=1 / 6),
+    "layers2-warmup0.33-lr1.5": dict(num_layers=2, warmup_fraction=1 / 3, lr_scale=1.5),
+    "layers2-warmup0.33-vocab4000": dict(num_layers=2, warmup_fraction=1 / 3, vocab_size=4000),
+    "layers2-warmup0.33-vocab6000": dict(num_layers=2, warmup_fraction=1 / 3, vocab_size=6000),
+    "layers2-warmup0.33-vocab10000": dict(num_layers=2, warmup_fraction=1 / 3,
+                                          vocab_size=10000),
+    "layers2-warmup0.33-tokens2048": dict(num_layers=2, warmup_fraction=1 / 3,
+                                          tokens_per_batch=2048),
+    "layers2-warmup0.33-tokens6144": dict(num_layers=2, warmup_fraction=1 / 3,
+                                          tokens_per_batch=6144),
+    "layers2-warmup0.33-dropout0.1": dict(num_layers=2, warmup_fraction=1 / 3, dropout=0.1),
+    "layers2-warmup0.33-dropout0.3": dict(num_layers=2, warmup_fraction=1 / 3, dropout=0.3),
+    "layers2-warmup0.33-ls0.0": dict(num_layers=2, warmup_fraction=1 / 3, label_smoothing=0.0),
+    "layers2-warmup0.33-ls0.2": dict(num_layers=2, warmup_fraction=1 / 3, label_smoothing=0.2),
+    "layers2-warmup0.33-d384-ff1536": dict(num_layers=2, warmup_fraction=1 / 3, d_model=384,
+                                           d_ff=1536, num_heads=6),
+    "layers2-warmup0.33-ff512": dict(num_layers=2, warmup_fraction=1 / 3, d_ff=512),
 }
+AVERAGE_LAST = 5  # checkpoints averaged for the second score (10 are taken per budget)
 
 
-def run_setting(name, minutes, output):
+def gflop_per_step(model, source_tokens, target_tokens):
+    """Matmul GFLOP of one training step (forward + backward = 6 x weights x tokens)."""
+    vocab = model.target_vocab_size or model.vocab_size
+    decoder = matmul_params(model.decoder) + vocab * model.architecture["d_model"]
+    return 6 * (matmul_params(model.encoder) * source_tokens + decoder * target_tokens) / 1e9
+
+
+def run_setting(name, steps, output):
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
     from keras_transformer.runs import Run, make_config
@@ -50,37 +81,61 @@ def run_setting(name, minutes, output):
     from pipelines import datasets
 
     settings = dict(BASE, **SETTINGS[name])
-    run_dir = output / name
-    shutil.rmtree(run_dir, ignore_errors=True)  # a setting cut short starts over (see above)
-    config = make_config(None, dataset="multi30k", output_dir=str(run_dir), train_steps=1_000_000,
-                         time_limit_minutes=minutes, checkpoint_minutes=10_000,
-                         checkpoint_steps=100, keep_checkpoints=3, eval_steps=1_000_000,
-                         verbose=0, **settings)
+    warmup = max(1, round(settings.pop("warmup_fraction") * steps))
+    run_dir = output / f"{name}-{steps}"
+    config = make_config(None, dataset="multi30k", output_dir=str(run_dir), train_steps=steps,
+                         warmup_steps=warmup, checkpoint_minutes=10_000,
+                         checkpoint_steps=max(1, steps // 10), keep_checkpoints=10,
+                         eval_steps=steps, verbose=0, **settings)
+    started = time.monotonic()
     summary = train(config)
     run = Run(run_dir)
     sources, references = datasets.split_texts("multi30k", "dev", **run.config.data_arguments())
-    translator = Translator(run.load_model(prefer_averaged=False), run.tokenizer(), beam_size=1,
-                            max_input_length=run.config.max_length)
-    bleu = score(translator.translate(sources[:VAL_SENTENCES]), references[:VAL_SENTENCES])
-    return {"setting": name, **SETTINGS[name], "steps": summary["step"],
-            "train_minutes": round(summary["seconds"] / 60, 1),
-            "tokens_per_s": summary["tokens_per_s"],
+    sources, references = sources[:VAL_SENTENCES], references[:VAL_SENTENCES]
+
+    def val_bleu(model):
+        translator = Translator(model, run.vocabulary(), beam_size=1,
+                                max_input_length=run.config.max_length)
+        return round(score(translator.translate(sources), references)["sacrebleu"], 2)
+
+    model = run.load_model(prefer_averaged=False)
+    final = val_bleu(model)
+    averaged, paths = run.average(AVERAGE_LAST)
+    trained = max(summary["step"] - summary.get("start_step", 0), 1)
+    side_tokens = summary.get("tokens", 0) / trained / 2  # source + target, about half each
+    return {"setting": name, **SETTINGS[name], "steps": summary["step"], "warmup_steps": warmup,
+            "params": model.count_params(),
+            "gflop_per_step": round(gflop_per_step(model, side_tokens, side_tokens), 1),
+            "train_minutes": round(summary.get("seconds", 0) / 60, 1),
+            "trained_steps_now": summary["step"] - summary.get("start_step", 0),
+            "tokens_per_s": summary.get("tokens_per_s"),
+            **describe_cpu(), "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
             "val_perplexity": round(summary.get("val_perplexity", float("nan")), 2),
-            "val500_greedy_sacrebleu": round(bleu["sacrebleu"], 2)}
+            "val500_greedy_sacrebleu": final,
+            f"val500_greedy_sacrebleu_avg{len(paths)}": val_bleu(averaged),
+            "wall_minutes": round((time.monotonic() - started) / 60, 1)}
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=float, default=12.0,
-                        help="training time of each setting (default 12)")
-    parser.add_argument("--only", help="comma-separated setting names (default: all)")
-    parser.add_argument("--output", default="runs/sweep", help="runs and results.jsonl")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Settings (--list shows each one's values): " + ", ".join(SETTINGS))
+    parser.add_argument("--steps", type=int, default=600,
+                        help="optimizer steps of each setting (default 600); warmup is the "
+                             "setting's fraction of it")
+    parser.add_argument("--only", help="comma-separated setting names, run in that order "
+                                       "(default: all)")
+    parser.add_argument("--output", default="runs/sweep", help="runs and results.jsonl "
+                                                               "(default runs/sweep)")
     parser.add_argument("--list", action="store_true", help="print the settings and stop")
     args = parser.parse_args(argv)
     if args.list:
         for name, change in SETTINGS.items():
             print(f"{name}: {dict(BASE, **change)}")
         return
+    if args.steps < 10:
+        parser.error(f"--steps must be at least 10; got {args.steps}")
     names = args.only.split(",") if args.only else list(SETTINGS)
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
@@ -90,21 +145,25 @@ def main(argv=None):
     results_path = output / "results.jsonl"
     done = {}
     if results_path.exists():
-        for line in results_path.read_text().splitlines():
-            record = json.loads(line)
-            done[record["setting"]] = record
+        for number, line in enumerate(results_path.read_text().splitlines(), 1):
+            try:
+                record = json.loads(line)
+                done[(record["setting"], record["steps"])] = record
+            except (ValueError, KeyError):
+                sys.exit(f"{results_path}:{number}: not a result line ({line[:60]!r}); remove "
+                         "it and run again")
     for name in names:
-        if name in done:
+        if (name, args.steps) in done:
             continue
         while (output / "PAUSE").exists():
             time.sleep(5)
-        record = run_setting(name, args.minutes, output)
-        done[name] = record
+        record = run_setting(name, args.steps, output)
+        done[(name, args.steps)] = record
         with results_path.open("a") as f:  # one complete line per finished setting
             f.write(json.dumps(record) + "\n")
         print(json.dumps(record), flush=True)
-    emit({"benchmark": "recipe_sweep", "minutes": args.minutes,
-          "results": [done[n] for n in names]})
+    emit({"benchmark": "recipe_sweep", "steps": args.steps,
+          "results": [done[(n, args.steps)] for n in names]})
 
 
 if __name__ == "__main__":

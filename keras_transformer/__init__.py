@@ -5,6 +5,7 @@ the floors before it:
 
     errors, defaults     the error rule and the defaults several commands share
     console              the command's quiet console (native logs hidden unless --verbose)
+    hardware             the CPU class and the kernel settings the command picks for it
     layers/              attention, embeddings, feed-forward, encoder, decoder
     models/              the Transformer model and its presets
     runs/                a run directory (Run) and its config (TrainConfig)
@@ -30,9 +31,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # The keras-transformer command hides native libraries' logs unless --verbose; this must come
 # before TensorFlow is imported below.
-from keras_transformer import console  # noqa: E402
+from keras_transformer import console, hardware  # noqa: E402
 
 console.quiet_unless_verbose(sys.argv)
+# ... and picks TensorFlow's fastest CPU kernels for this CPU class (hardware.py), unless the
+# environment already says.
+if sys.argv and console.is_the_command(sys.argv[0]):
+    hardware.apply_cpu_defaults()
 
 from keras_transformer import layers  # noqa: E402,F401  (registers the layers)
 from keras_transformer.models import PAD_ID, PRESETS, Transformer, get_preset, preset_names  # noqa: E402

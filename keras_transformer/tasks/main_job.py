@@ -206,7 +206,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
             print(f"  {key}: BLEU {result['literature_bleu']:.2f} in the Multi30k literature "
                   f"convention (lowercased, Moses-tokenized, {result['literature_references']}"
                   " references)")
-    print(f"  SavedModel: {path}")
+    print(f"  SavedModel: {summary.get('saved_model', 'not exported (see step 4/5)')}")
     print(f"  whole job: {summary['job_minutes']} min; details in {run.file(SUMMARY)}",
           flush=True)
     return summary

@@ -29,6 +29,23 @@ def _say(line):
     tqdm.write(line)
 
 
+class _Lines:
+    """A file for tqdm that is not a terminal: tqdm redraws its bar in place ("\\r" + text,
+    padded with spaces); here each redraw becomes one line of its own."""
+
+    def __init__(self, file):
+        self.file, self.last = file, None
+
+    def write(self, text):
+        text = text.replace("\r", "").rstrip()
+        if text and text != self.last:  # closing redraws the last state once more
+            self.file.write(text + "\n")
+            self.last = text
+
+    def flush(self):
+        getattr(self.file, "flush", lambda: None)()
+
+
 class Progress(keras.callbacks.Callback):
     """One progress bar over the run's optimizer steps (not Keras' epochs): "step k of
     train_steps", the loss, source + target tokens/s since this process began training, elapsed
@@ -40,6 +57,9 @@ class Progress(keras.callbacks.Callback):
         total_steps: the run's train_steps.
         tokens: returns the number of tokens handed to training so far (or None).
         interval: seconds between refreshes (None: 1 s on a terminal, 30 s in a log file).
+        file: where to write (default: sys.stderr). A terminal gets tqdm's live bar; a file or a
+            pipe gets one complete line per refresh (no carriage returns), so a log reads as
+            the run's history.
     """
 
     def __init__(self, step_fn, total_steps, tokens=None, interval=None, file=None):
@@ -52,9 +72,12 @@ class Progress(keras.callbacks.Callback):
         import sys
 
         file = self.file or sys.stderr
+        terminal = bool(getattr(file, "isatty", lambda: False)())
         interval = self.interval
         if interval is None:
-            interval = 1.0 if getattr(file, "isatty", lambda: False)() else 30.0
+            interval = 1.0 if terminal else 30.0
+        if not terminal:
+            file = _Lines(file)
         self._start_tokens = self.tokens() if self.tokens is not None else 0
         self._start_time = time.monotonic()
         self.bar = tqdm(total=self.total_steps, initial=self.step_fn(), desc="training",

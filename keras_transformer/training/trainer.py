@@ -21,6 +21,7 @@ import time
 
 import keras
 
+from keras_transformer import hardware
 from keras_transformer.runs import Run
 from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint,
                                                   Progress, StopAt, Validation)
@@ -63,6 +64,8 @@ def train(config):
     chief = is_chief(strategy)
     print("effective config:\n" + json.dumps(config.to_dict(), indent=2, sort_keys=True),
           flush=True)
+    if on_tensorflow():
+        print(hardware.kernel_summary(), flush=True)
     if chief:
         run.save_config(config)
 

@@ -1,0 +1,100 @@
+"""The CPU this process runs on, and the TensorFlow kernel settings the command picks for it.
+
+Imports nothing heavy: the command calls `apply_cpu_defaults` before TensorFlow is imported,
+because TensorFlow reads `TF_ENABLE_ONEDNN_OPTS` when it loads.
+
+CPU classes (what decides TensorFlow's speed here, see README "Kernels per CPU class"):
+
+    amx          Intel Sapphire Rapids and later: AMX tiles (bf16 matrix units)
+    avx512_bf16  AMD Zen 4 and later, Intel Cooper Lake: AVX-512 with bf16 dot products
+    avx512       AVX-512 without bf16
+    avx2         AVX2 only (e.g. AMD Zen 2/3 EPYC)
+    other        none of these (or not Linux)
+
+TensorFlow turns its oneDNN kernels on by default only on AVX-512 CPUs; on the AVX2 class the
+command turns them on as well (measured faster for training there: ONEDNN_DEFAULT_ON).
+"""
+
+import os
+
+# Classes on which the command sets TF_ENABLE_ONEDNN_OPTS=1 unless the environment says
+# otherwise. TensorFlow already does so on the AVX-512 classes.
+ONEDNN_DEFAULT_ON = ("avx2",)
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The first CPU's feature flags (an empty set where /proc/cpuinfo is missing)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def cpu_model(path="/proc/cpuinfo"):
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def cpu_class(flags=None):
+    """One of "amx", "avx512_bf16", "avx512", "avx2", "other" (see the module's docstring)."""
+    flags = cpu_flags() if flags is None else flags
+    if "amx_bf16" in flags or "amx_tile" in flags:
+        return "amx"
+    if "avx512_bf16" in flags:
+        return "avx512_bf16"
+    if "avx512f" in flags:
+        return "avx512"
+    if "avx2" in flags:
+        return "avx2"
+    return "other"
+
+
+def describe_cpu():
+    """{"cpu": model name, "cpu_class": class, "cores": usable cores} for results and logs."""
+    return {"cpu": cpu_model(), "cpu_class": cpu_class(), "cores": len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+
+
+# What apply_cpu_defaults decided, for the effective config: {"TF_ENABLE_ONEDNN_OPTS": (value,
+# reason)}.
+CHOICES = {}
+
+
+def apply_cpu_defaults(environ=None, flags=None):
+    """Sets the command's kernel defaults for this CPU class in `environ` (os.environ) unless
+    the user has set them, and records them in CHOICES. Must run before TensorFlow loads."""
+    environ = os.environ if environ is None else environ
+    kind = cpu_class(flags)
+    if "TF_ENABLE_ONEDNN_OPTS" in environ:
+        CHOICES["TF_ENABLE_ONEDNN_OPTS"] = (environ["TF_ENABLE_ONEDNN_OPTS"], "set by the user")
+    elif kind in ONEDNN_DEFAULT_ON:
+        environ["TF_ENABLE_ONEDNN_OPTS"] = "1"
+        CHOICES["TF_ENABLE_ONEDNN_OPTS"] = ("1", f"the default on the {kind} class (faster "
+                                                 "there; TF_ENABLE_ONEDNN_OPTS=0 turns it off)")
+    else:
+        CHOICES["TF_ENABLE_ONEDNN_OPTS"] = (
+            "TensorFlow's default", f"{kind} class: oneDNN is "
+            + ("on" if kind.startswith(("avx512", "amx")) else "off"))
+    return dict(CHOICES)
+
+
+def kernel_summary(environ=None):
+    """One line for the effective config: the CPU, its class and the oneDNN setting (and who
+    chose it)."""
+    environ = os.environ if environ is None else environ
+    cpu = describe_cpu()
+    value, reason = CHOICES.get("TF_ENABLE_ONEDNN_OPTS", (
+        environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default"),
+        "set by the user" if "TF_ENABLE_ONEDNN_OPTS" in environ else "not set"))
+    return (f"cpu: {cpu['cpu']} ({cpu['cpu_class']} class, {cpu['cores']} cores); "
+            f"TF_ENABLE_ONEDNN_OPTS={value} ({reason})")

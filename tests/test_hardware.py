@@ -1,0 +1,47 @@
+"""The CPU class and the kernel defaults the command picks for it."""
+
+from keras_transformer import hardware
+
+
+def test_cpu_classes_from_flags():
+    assert hardware.cpu_class({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}) == "amx"
+    assert hardware.cpu_class({"avx2", "avx512f", "avx512_bf16"}) == "avx512_bf16"
+    assert hardware.cpu_class({"avx2", "avx512f"}) == "avx512"
+    assert hardware.cpu_class({"avx", "avx2", "fma"}) == "avx2"
+    assert hardware.cpu_class(set()) == "other"
+    assert hardware.cpu_class() in ("amx", "avx512_bf16", "avx512", "avx2", "other")
+
+
+def test_onednn_default_follows_the_class_unless_the_user_set_it(monkeypatch):
+    monkeypatch.setattr(hardware, "CHOICES", {})
+    for kind, flags in (("avx2", {"avx2"}), ("avx512_bf16", {"avx2", "avx512f", "avx512_bf16"})):
+        environ = {}
+        choices = hardware.apply_cpu_defaults(environ, flags)
+        value, reason = choices["TF_ENABLE_ONEDNN_OPTS"]
+        if kind in hardware.ONEDNN_DEFAULT_ON:
+            assert environ == {"TF_ENABLE_ONEDNN_OPTS": "1"} and value == "1"
+            assert kind in reason
+        else:  # left to TensorFlow (on by itself on AVX-512)
+            assert environ == {} and "on" in reason
+    environ = {"TF_ENABLE_ONEDNN_OPTS": "0"}  # the user's word wins on every class
+    choices = hardware.apply_cpu_defaults(environ, {"avx2"})
+    assert environ == {"TF_ENABLE_ONEDNN_OPTS": "0"}
+    assert choices["TF_ENABLE_ONEDNN_OPTS"] == ("0", "set by the user")
+    assert "TF_ENABLE_ONEDNN_OPTS=0 (set by the user)" in hardware.kernel_summary(environ)
+
+
+def test_the_command_applies_the_default_before_keras_loads():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, os, json; sys.argv = ['keras-transformer', 'train']; "
+            "import keras_transformer; from keras_transformer import hardware; "
+            "print(json.dumps([os.environ.get('TF_ENABLE_ONEDNN_OPTS'), hardware.cpu_class()]))")
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    env["KERAS_BACKEND"] = "jax"  # no TensorFlow start-up needed to see the environment
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=120)
+    value, kind = json.loads(result.stdout.strip().splitlines()[-1])
+    assert value == ("1" if kind in hardware.ONEDNN_DEFAULT_ON else None), result.stderr[-1000:]
