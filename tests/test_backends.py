@@ -36,20 +36,23 @@ def jax_command(*arguments, cwd=ROOT):
                           text=True, timeout=600, env=env, cwd=cwd)
 
 
-def tf_command(*arguments):
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow"}
-    return subprocess.run([sys.executable, "-m", "keras_transformer.cli", *arguments],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
-
-
 @pytest.fixture(scope="module")
 def prepared(toy_corpus):
-    """The toy corpus prepared under TensorFlow (the folder `prepare` prints)."""
-    done = tf_command("prepare", "--dataset", "text", "--train-src", str(toy_corpus["train.src"]),
-                      "--train-tgt", str(toy_corpus["train.tgt"]), "--vocab-size", "400",
-                      "--max-length", "32", "--verbose", "0")
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
+    """The toy corpus prepared under TensorFlow, in this process (the folder `prepare`
+    prints)."""
+    import contextlib
+    import io
+
+    from keras_transformer import cli
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main(["prepare", "--dataset", "text", "--train-src",
+                         str(toy_corpus["train.src"]), "--train-tgt",
+                         str(toy_corpus["train.tgt"]), "--vocab-size", "400", "--max-length",
+                         "32", "--verbose", "0"])
+    assert code == 0, out.getvalue()
+    return out.getvalue().strip().splitlines()[-1]
 
 
 def jax_train(corpus, prepared, output_dir, steps):
@@ -60,7 +63,13 @@ def jax_train(corpus, prepared, output_dir, steps):
 
 
 @pytest.mark.slow
-def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepared, tmp_path):
+def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepared, tmp_path,
+                                                              capsys):
+    import keras
+
+    from keras_transformer import cli
+
+    assert keras.backend.backend() == "tensorflow"
     run_dir = tmp_path / "run"
     trained = jax_train(toy_corpus, prepared, run_dir, 6)
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -68,18 +77,16 @@ def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepar
     checkpoint = json.loads((run_dir / "checkpoints" / "ckpt-6.json").read_text())
     assert checkpoint["backend"] == "jax" and checkpoint["data_position"] == 6
 
-    # Under TensorFlow: averaged, evaluated, exported.
-    averaged = tf_command("average", "--run-dir", str(run_dir), "--last", "2")
-    assert averaged.returncode == 0, averaged.stderr[-3000:]
-    assert "ckpt-3.weights.h5, ckpt-6.weights.h5" in averaged.stdout
-    evaluated = tf_command("evaluate", "--run-dir", str(run_dir), "--src",
-                           str(toy_corpus["dev.src"]), "--ref", str(toy_corpus["dev.tgt"]),
-                           "--beam", "2")
-    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
-    tf_score = json.loads(evaluated.stdout.strip().splitlines()[-1])
-    exported = tf_command("export", "--run-dir", str(run_dir), "--output-dir",
-                          str(tmp_path / "export"))
-    assert exported.returncode == 0, exported.stderr[-3000:]
+    # Under TensorFlow (this test process's backend, the command in-process): averaged,
+    # evaluated, exported.
+    capsys.readouterr()
+    assert cli.main(["average", "--run-dir", str(run_dir), "--last", "2"]) == 0
+    assert "ckpt-3.weights.h5, ckpt-6.weights.h5" in capsys.readouterr().out
+    assert cli.main(["evaluate", "--run-dir", str(run_dir), "--src", str(toy_corpus["dev.src"]),
+                     "--ref", str(toy_corpus["dev.tgt"]), "--beam", "2"]) == 0
+    tf_score = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert cli.main(["export", "--run-dir", str(run_dir), "--output-dir",
+                     str(tmp_path / "export")]) == 0
 
     # The same weights evaluated under JAX (no TensorFlow) score the same.
     evaluated = jax_command("evaluate", "--run-dir", str(run_dir), "--src",
