@@ -269,15 +269,15 @@ def _write_lines(path, lines):
 
 
 def _translate(args):
-    from tqdm import tqdm
+    from pipelines.progress import progress_bar
 
     translator = _translator(args)
     bad = _BadLines(args.input or "standard input")
     empty = [] if args.nbest else ""
     if args.input:
         sentences = [bad.decode(*line) for line in _raw_lines(args.input)]
-        with tqdm(total=len(sentences), unit=" sentences", disable=args.output is None,
-                  file=sys.stderr) as bar:
+        with progress_bar(total=len(sentences), unit=" sentences",
+                          disable=args.output is None) as bar:
             results = _run_on(lambda texts: translator.translate(
                 texts, nbest=args.nbest, progress=bar), sentences, empty)
         if args.output:
@@ -315,7 +315,7 @@ def _evaluate(args):
     import json
     import pathlib
 
-    from tqdm import tqdm
+    from pipelines.progress import progress_bar
 
     from keras_transformer.errors import InputError
     from keras_transformer.evaluation.bleu import score
@@ -340,7 +340,7 @@ def _evaluate(args):
         name = f"{config.dataset} {args.split} {config.src_lang}-{config.tgt_lang}"
         official = datasets.official_tokenized_references(config.dataset, args.split,
                                                           config.tgt_lang, config.source_dir)
-    with tqdm(total=len(sources_text), unit=" sentences", file=sys.stderr) as bar:
+    with progress_bar(total=len(sources_text), unit=" sentences") as bar:
         hypotheses = translator.translate(sources_text, progress=bar)
     output = args.output or run.hypotheses_path(args.split, args.beam)
     _write_lines(output, hypotheses)
@@ -462,7 +462,7 @@ def _saved_model_cli(args):
 def _parse(args):
     import json
 
-    from tqdm import tqdm
+    from pipelines.progress import progress_bar
 
     from keras_transformer.tasks.parsing import Parser, evaluate_run
     from pipelines.treebank import to_string
@@ -470,7 +470,7 @@ def _parse(args):
     options = dict(model_file=args.model, beam_size=args.beam, alpha=args.alpha,
                    batch_size=args.batch_size)
     if args.evaluate:
-        with tqdm(unit=" sentences", file=sys.stderr, desc=f"parsing {args.evaluate}") as bar:
+        with progress_bar(unit=" sentences", desc=f"parsing {args.evaluate}") as bar:
             scores, trees = evaluate_run(args.run_dir, args.evaluate, progress=bar, **options)
         if args.output:
             _write_lines(args.output, [to_string(tree) for tree in trees])

@@ -221,12 +221,12 @@ def reservoir_sample(pairs, size, seed=0, progress=False, total=None):
     Returns:
         (the sample, sentences seen).
     """
-    from tqdm import tqdm
+    from pipelines.progress import progress_bar
 
     rng = np.random.default_rng(seed)
     sample, seen = [], 0
-    bar = tqdm(total=total, desc="vocabulary: sampling", unit=" pairs", disable=not progress,
-               mininterval=1.0)
+    bar = progress_bar(total=total, desc="vocabulary: sampling", unit=" pairs",
+                       disable=not progress, interval=1.0)
     for src, tgt in _text_batches(pairs, 4096):
         bar.update(len(src))
         texts = [t for t in _decode(np.concatenate([src, tgt]), "vocabulary sample") if t]
@@ -333,7 +333,7 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
             found); damaged shards are prepared again.
     """
     import sentencepiece as spm
-    from tqdm import tqdm
+    from pipelines.progress import progress_bar
 
     directory = pathlib.Path(directory)
     if PreparedData.is_complete(directory) and not PreparedData(directory).damaged(
@@ -372,8 +372,9 @@ def prepare(directory, pairs, *, manifest, vocabulary=None, vocabulary_settings=
             print(f"prepare: keeping {len(finished)} finished shards of an earlier run",
                   flush=True)
         records = dict(finished)
-        bar = tqdm(total=total_pairs, initial=first * shard_pairs, desc="prepare: tokenizing",
-                   unit=" pairs", disable=not progress, mininterval=1.0)
+        bar = progress_bar(total=total_pairs, initial=first * shard_pairs,
+                           desc="prepare: tokenizing", unit=" pairs", disable=not progress,
+                           interval=1.0)
         index = first
         try:
             for src, tgt in _text_batches(pairs().skip(first * shard_pairs), shard_pairs):

@@ -119,7 +119,7 @@ def train_vocabulary(texts, vocab_size=8000, model_type="bpe", sample_size=2_000
         and the seconds taken.
     """
     import sentencepiece as spm
-    from tqdm import tqdm
+    from pipelines.progress import progress_bar
 
     if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size <= 0:
         raise DataError(f"vocab_size={vocab_size!r} must be a positive integer.")
@@ -130,8 +130,9 @@ def train_vocabulary(texts, vocab_size=8000, model_type="bpe", sample_size=2_000
         corpus = pathlib.Path(tmp) / "corpus.txt"
         count = 0
         with open(corpus, "w", encoding="utf-8") as out:
-            for text in tqdm(texts, desc="vocabulary: reading text", unit=" sentences",
-                             disable=not progress, mininterval=1.0):
+            for text in progress_bar(texts, desc="vocabulary: reading text", unit=" sentences",
+                                     disable=not progress,
+                                     interval=1.0):
                 text = normalize_whitespace(text)
                 if text:
                     out.write(text + "\n")

@@ -283,22 +283,3 @@ def test_training_options_reach_the_requested_steps(tmp_path, options):
     if "--bleu-steps" in options:
         assert re.search(r"step 6: dev BLEU \(greedy, 10 sentences\) \d+\.\d\d", result.stdout)
 
-
-def test_progress_in_a_log_file_is_one_line_per_refresh():
-    import io
-
-    from keras_transformer.training.callbacks import Progress
-
-    step = {"n": 0}
-    log_file = io.StringIO()  # not a terminal: a file or a pipe
-    progress = Progress(lambda: step["n"], total_steps=5, interval=0.0, file=log_file)
-    progress.on_train_begin()
-    for _ in range(5):
-        step["n"] += 1
-        progress.on_train_batch_end(0, {"loss": 2.5})
-    progress.on_train_end()
-    text = log_file.getvalue()
-    lines = text.splitlines()
-    assert "\r" not in text and len(lines) >= 5, text
-    assert all(line.startswith("training: step ") for line in lines), text
-    assert lines[-1].startswith("training: step 5/5 (100%)"), text

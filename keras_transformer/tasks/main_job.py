@@ -105,7 +105,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         train_steps=None):
     """Runs the main job; returns the summary dict (also written to RUN_DIR/summary.json)."""
     import keras
-    from tqdm import tqdm
+    from pipelines.progress import progress_bar
 
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
@@ -163,7 +163,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     splits = (("dev", "val"), ("test", "test2016")) if full else (("test", "test2016"),)
     for split, key in splits:
         sources, references = texts[split]
-        with tqdm(total=len(sources), unit=" sentences", desc=f"{key} beam {beam}",
+        with progress_bar(total=len(sources), unit=" sentences", desc=f"{key} beam {beam}",
                   file=sys.stderr) as bar:
             hypotheses = translator.translate(sources, progress=bar)
         write_lines(run.hypotheses_path(key, beam), hypotheses)

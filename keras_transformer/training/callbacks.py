@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from keras_transformer.errors import UserError
 from keras_transformer.training.loss import smoothed_token_losses
+from pipelines.progress import FILE_INTERVAL, progress_bar
 from pipelines.special_ids import PAD_ID
 
 log = logging.getLogger(__name__)
@@ -27,23 +28,6 @@ class TrainingError(UserError):
 def _say(line):
     """Prints a line without breaking an active progress bar."""
     tqdm.write(line)
-
-
-class _Lines:
-    """A file for tqdm that is not a terminal: tqdm redraws its bar in place ("\\r" + text,
-    padded with spaces); here each redraw becomes one line of its own."""
-
-    def __init__(self, file):
-        self.file, self.last = file, None
-
-    def write(self, text):
-        text = text.replace("\r", "").rstrip()
-        if text and text != self.last:  # closing redraws the last state once more
-            self.file.write(text + "\n")
-            self.last = text
-
-    def flush(self):
-        getattr(self.file, "flush", lambda: None)()
 
 
 class Progress(keras.callbacks.Callback):
@@ -72,17 +56,14 @@ class Progress(keras.callbacks.Callback):
         import sys
 
         file = self.file or sys.stderr
-        terminal = bool(getattr(file, "isatty", lambda: False)())
-        interval = self.interval
-        if interval is None:
-            interval = 1.0 if terminal else 30.0
-        if not terminal:
-            file = _Lines(file)
         self._start_tokens = self.tokens() if self.tokens is not None else 0
         self._start_time = time.monotonic()
-        self.bar = tqdm(total=self.total_steps, initial=self.step_fn(), desc="training",
-                        unit=" steps", file=file, mininterval=interval, maxinterval=interval,
-                        smoothing=0.05, dynamic_ncols=True,
+        self.bar = progress_bar(total=self.total_steps, initial=self.step_fn(),
+                                desc="training", unit=" steps", file=file,
+                                interval=1.0 if self.interval is None else self.interval,
+                                file_interval=FILE_INTERVAL if self.interval is None
+                                else self.interval,
+                                smoothing=0.05, dynamic_ncols=True,
                         bar_format="{desc}: step {n}/{total} ({percentage:3.0f}%) |{bar}| "
                                    "[{elapsed}<{remaining}, {rate_fmt}]{postfix}")
 
