@@ -102,13 +102,13 @@ def run_setting(name, steps, output):
     model = run.load_model(prefer_averaged=False)
     final = val_bleu(model)
     averaged, paths = run.average(AVERAGE_LAST)
-    trained = max(summary["step"] - summary.get("start_step", 0), 1)
-    side_tokens = summary.get("tokens", 0) / trained / 2  # source + target, about half each
+    trained = summary["step"] - summary.get("start_step", 0)  # steps this process trained
+    side_tokens = summary.get("tokens", 0) / max(trained, 1) / 2  # source + target, ~half each
     return {"setting": name, **SETTINGS[name], "steps": summary["step"], "warmup_steps": warmup,
             "params": model.count_params(),
             "gflop_per_step": round(gflop_per_step(model, side_tokens, side_tokens), 1),
             "train_minutes": round(summary.get("seconds", 0) / 60, 1),
-            "trained_steps_now": summary["step"] - summary.get("start_step", 0),
+            "trained_steps_now": trained,
             "tokens_per_s": summary.get("tokens_per_s"),
             **describe_cpu(), "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS", "default"),
             "val_perplexity": round(summary.get("val_perplexity", float("nan")), 2),

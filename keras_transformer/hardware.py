@@ -22,27 +22,25 @@ import os
 ONEDNN_DEFAULT_ON = ("avx2",)
 
 
-def cpu_flags(path="/proc/cpuinfo"):
-    """The first CPU's feature flags (an empty set where /proc/cpuinfo is missing)."""
+def _cpuinfo(field, path="/proc/cpuinfo"):
+    """The first CPU's value of `field` in /proc/cpuinfo (None where it is missing)."""
     try:
         with open(path) as f:
             for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
-def cpu_model(path="/proc/cpuinfo"):
-    try:
-        with open(path) as f:
-            for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return "unknown"
+    return None
+
+
+def cpu_flags():
+    """The first CPU's feature flags (an empty set where /proc/cpuinfo is missing)."""
+    return set((_cpuinfo("flags") or "").split())
+
+
+def cpu_model():
+    return _cpuinfo("model name") or "unknown"
 
 
 def cpu_class(flags=None):
@@ -75,17 +73,21 @@ def apply_cpu_defaults(environ=None, flags=None):
     the user has set them, and records them in CHOICES. Must run before TensorFlow loads."""
     environ = os.environ if environ is None else environ
     kind = cpu_class(flags)
-    if "TF_ENABLE_ONEDNN_OPTS" in environ:
-        CHOICES["TF_ENABLE_ONEDNN_OPTS"] = (environ["TF_ENABLE_ONEDNN_OPTS"], "set by the user")
-    elif kind in ONEDNN_DEFAULT_ON:
+    if "TF_ENABLE_ONEDNN_OPTS" not in environ and kind in ONEDNN_DEFAULT_ON:
         environ["TF_ENABLE_ONEDNN_OPTS"] = "1"
         CHOICES["TF_ENABLE_ONEDNN_OPTS"] = ("1", f"the default on the {kind} class (faster "
                                                  "there; TF_ENABLE_ONEDNN_OPTS=0 turns it off)")
     else:
-        CHOICES["TF_ENABLE_ONEDNN_OPTS"] = (
-            "TensorFlow's default", f"{kind} class: oneDNN is "
-            + ("on" if kind.startswith(("avx512", "amx")) else "off"))
+        CHOICES["TF_ENABLE_ONEDNN_OPTS"] = _onednn_unchosen(environ, kind)
     return dict(CHOICES)
+
+
+def _onednn_unchosen(environ, kind):
+    """(value, reason) of TF_ENABLE_ONEDNN_OPTS where the command did not set it."""
+    if "TF_ENABLE_ONEDNN_OPTS" in environ:
+        return environ["TF_ENABLE_ONEDNN_OPTS"], "set by the user"
+    return "TensorFlow's default", (f"{kind} class: oneDNN is "
+                                    + ("on" if kind.startswith(("avx512", "amx")) else "off"))
 
 
 def kernel_summary(environ=None):
@@ -93,8 +95,7 @@ def kernel_summary(environ=None):
     chose it)."""
     environ = os.environ if environ is None else environ
     cpu = describe_cpu()
-    value, reason = CHOICES.get("TF_ENABLE_ONEDNN_OPTS", (
-        environ.get("TF_ENABLE_ONEDNN_OPTS", "TensorFlow's default"),
-        "set by the user" if "TF_ENABLE_ONEDNN_OPTS" in environ else "not set"))
+    value, reason = (CHOICES.get("TF_ENABLE_ONEDNN_OPTS")
+                     or _onednn_unchosen(environ, cpu["cpu_class"]))
     return (f"cpu: {cpu['cpu']} ({cpu['cpu_class']} class, {cpu['cores']} cores); "
             f"TF_ENABLE_ONEDNN_OPTS={value} ({reason})")

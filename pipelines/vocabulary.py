@@ -131,8 +131,7 @@ def train_vocabulary(texts, vocab_size=8000, model_type="bpe", sample_size=2_000
         count = 0
         with open(corpus, "w", encoding="utf-8") as out:
             for text in progress_bar(texts, desc="vocabulary: reading text", unit=" sentences",
-                                     disable=not progress,
-                                     interval=1.0):
+                                     disable=not progress, interval=1.0):
                 text = normalize_whitespace(text)
                 if text:
                     out.write(text + "\n")

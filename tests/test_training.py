@@ -282,4 +282,3 @@ def test_training_options_reach_the_requested_steps(tmp_path, options):
     assert "pairs longer than max_length=32 are dropped" in result.stdout
     if "--bleu-steps" in options:
         assert re.search(r"step 6: dev BLEU \(greedy, 10 sentences\) \d+\.\d\d", result.stdout)
-

@@ -17,7 +17,6 @@ decoded once, at the end, and only reported.
 
 import logging
 import pathlib
-import sys
 import time
 
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
@@ -168,8 +167,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     splits = (("dev", "val"), ("test", "test2016")) if full else (("test", "test2016"),)
     for split, key in splits:
         sources, references = texts[split]
-        with progress_bar(total=len(sources), unit=" sentences", desc=f"{key} beam {beam}",
-                  file=sys.stderr) as bar:
+        with progress_bar(total=len(sources), unit=" sentences",
+                          desc=f"{key} beam {beam}") as bar:
             hypotheses = translator.translate(sources, progress=bar)
         write_lines(run.hypotheses_path(key, beam), hypotheses)
         official = datasets.official_tokenized_references(config.dataset, split,

@@ -64,8 +64,9 @@ class Progress(keras.callbacks.Callback):
                                 file_interval=FILE_INTERVAL if self.interval is None
                                 else self.interval,
                                 smoothing=0.05, dynamic_ncols=True,
-                        bar_format="{desc}: step {n}/{total} ({percentage:3.0f}%) |{bar}| "
-                                   "[{elapsed}<{remaining}, {rate_fmt}]{postfix}")
+                                bar_format="{desc}: step {n}/{total} ({percentage:3.0f}%) "
+                                           "|{bar}| [{elapsed}<{remaining}, {rate_fmt}]"
+                                           "{postfix}")
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.step_fn()
