@@ -63,7 +63,7 @@ SETTINGS = {
     "layers2-ls0.2": dict(num_layers=2, label_smoothing=0.2),
     "layers2-d384-ff1536": dict(num_layers=2, d_model=384, d_ff=1536, num_heads=6),
     "layers2-ff512": dict(num_layers=2, d_ff=512),
-    # Second round, from the 2-layer model with P_drop 0.1 (the best of the first at 1200 steps).
+    # Second round at 1200 steps: less dropout, and P_drop 0.1 (the first round's best) combined.
     "layers2-dropout0.0": dict(num_layers=2, dropout=0.0),
     "layers2-dropout0.1-vocab10000": dict(num_layers=2, dropout=0.1, vocab_size=10000),
     "layers2-dropout0.1-lr0.7": dict(num_layers=2, dropout=0.1, lr_scale=0.7),
