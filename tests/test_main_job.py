@@ -71,6 +71,13 @@ def test_main_job_chooses_the_length_penalty_on_val(tiny_run, capsys):
     assert "alpha 1.4: sacreBLEU" in capsys.readouterr().out
 
 
+def test_the_summary_says_which_steps_a_resumed_piece_trained():
+    line = main_job._training_line({"start_step": 900, "step": 5500, "seconds": 7508.2,
+                                    "stopped": "reached train_steps=5500", "val_perplexity": 5.6})
+    assert "step 5500 (this piece: steps 900-5500) in 125.1 min" in line
+    assert "this piece" not in main_job._training_line({"start_step": 0, "step": 1200})
+
+
 def test_averages_may_take_every_other_checkpoint(run_copy, caplog):
     run = Run(run_copy)  # checkpoints at steps 10 and 20
     _, used = run.average(2, every=2)

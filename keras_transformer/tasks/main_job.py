@@ -9,9 +9,10 @@ a summary.
 The quick run (`make demo`) trains the recipe (settings below) with 2 layers instead of 3 and
 no dropout for 1,200 optimizer steps, the best on val in the step-budget sweep
 (benchmarks/recipe_sweep.py; figures by RECIPE below and in the README). The full run keeps
-the 3-layer model for 5,500 steps, its last measured setting. Both are bounded by steps, not by the clock, so every machine trains the same model
-(a slower machine takes longer). Every choice the job makes (which checkpoints to average, the length penalty) is made on val; test2016 is
-decoded once, at the end, and only reported.
+the 3-layer model for 5,500 steps, its last measured setting. Both are bounded by steps, not
+by the clock, so every machine trains the same model (a slower machine takes longer). Every
+choice the job makes (which checkpoints to average, the length penalty) is made on val;
+test2016 is decoded once, at the end, and only reported.
 """
 
 import logging
@@ -200,9 +201,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     print("\n== summary", flush=True)
     print(f"  {summary['job']}; preset {config.preset} ({model.count_params():,} parameters)")
     if training:
-        print(f"  training: {training.get('step')} steps in {training.get('seconds', 0) / 60:.1f}"
-              f" min ({training.get('stopped')}); dev perplexity "
-              f"{training.get('val_perplexity', float('nan')):.2f}")
+        print(_training_line(training))
     print(f"  weights: {chosen}; length penalty alpha {alpha} (both chosen on val)")
     for key in ("val", "test2016"):
         if key in summary:
@@ -216,6 +215,16 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     print(f"  whole job: {summary['job_minutes']} min; details in {run.file(SUMMARY)}",
           flush=True)
     return summary
+
+
+def _training_line(training):
+    """The summary's training line; a resumed run names the steps its last piece trained (the
+    minutes are that piece's)."""
+    start, step = training.get("start_step") or 0, training.get("step")
+    resumed = f" (this piece: steps {start}-{step})" if start else ""
+    return (f"  training: step {step}{resumed} in {training.get('seconds', 0) / 60:.1f} min "
+            f"({training.get('stopped')}); dev perplexity "
+            f"{training.get('val_perplexity', float('nan')):.2f}")
 
 
 def _export_and_show(summary, model, run, config, export_dir, name, beam, alpha):
