@@ -51,9 +51,10 @@ def test_literature_bleu_lowercases_tokenizes_and_escapes():
 
 
 def test_both_recipes_are_bounded_by_steps_not_by_the_clock():
-    for mode in (main_job.QUICK, main_job.FULL):
+    for mode in (main_job.recipe(), main_job.recipe(True), main_job.recipe(True, "fr")):
         config = make_config(None, **mode).resolved()
         assert config.time_limit_minutes is None and config.train_steps == mode["train_steps"]
+        assert config.dropout == mode["dropout"]
         # Checkpoints by steps only, so averaging candidates are evenly spaced.
         assert config.checkpoint_minutes * 60 > config.train_steps * 60
     assert main_job.FULL["keep_checkpoints"] >= max(
