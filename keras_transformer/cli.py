@@ -696,7 +696,7 @@ def build_parser():
                        help="score the PTB sample's dev or test split instead of reading input")
     parse.set_defaults(run=_parse)
 
-    from keras_transformer.tasks.main_job import FULL, QUICK  # no TensorFlow import
+    from keras_transformer.tasks.main_job import FULL, QUICK, recipe  # no TensorFlow import
 
     demo = commands.add_parser(
         "demo",
@@ -715,7 +715,7 @@ def build_parser():
     )
     demo.add_argument("--full", action="store_true",
                       help=f"the full recipe: {FULL['train_steps']} steps of the 3-layer preset "
-                      f"with P_drop {FULL['dropout']} (en-fr 0.2): about 150 minutes of training "
+                      f"with P_drop {FULL['dropout']} (en-fr {recipe(True, 'fr')['dropout']}): about 150 minutes of training "
                       "on 2 AVX2 AMD EPYC cores, in resumable pieces if need be")
     demo.add_argument("--src-lang", default="en", help="source language (en)")
     demo.add_argument("--tgt-lang", default="de", choices=("de", "fr"),
