@@ -359,10 +359,15 @@ def _attention(args):
     import tensorflow as tf
 
     from keras_transformer.evaluation.attention_maps import KINDS, attention_weights, plot
-    from keras_transformer.runs import Run
+    from keras_transformer.errors import InputError
+    from keras_transformer.runs import EnsembleRun, open_run
 
+    run = open_run(args.run_dir)
+    if isinstance(run, EnsembleRun):
+        raise InputError(f"{args.run_dir} is an ensemble; attention pictures show one model: "
+                         f"give one of its members, e.g. --run-dir {run.members[0].directory}.")
     translator = _translator(args)
-    tokenizer = Run(args.run_dir).tokenizer()
+    tokenizer = run.tokenizer()
     source = translator.encode([args.sentence])[0]
     source_ids = tf.constant([source], tf.int32)
     output = translator._search(source_ids)["ids"][:, 0]
@@ -696,7 +701,7 @@ def build_parser():
                        help="score the PTB sample's dev or test split instead of reading input")
     parse.set_defaults(run=_parse)
 
-    from keras_transformer.tasks.main_job import FULL, QUICK, recipe  # no TensorFlow import
+    from keras_transformer.tasks.main_job import FULL, QUICK, members, recipe  # no TensorFlow
 
     demo = commands.add_parser(
         "demo",
@@ -706,17 +711,21 @@ def build_parser():
         f"(quick: {QUICK['train_steps']} steps of the {QUICK['preset']} preset with "
         f"{QUICK['num_layers']} layers and P_drop {QUICK['dropout']}, about 25 minutes of "
         f"training on 2 cores of an AVX2 AMD EPYC; --full: {FULL['train_steps']} steps of the "
-        "3-layer preset), "
+        "3-layer preset, for en-de an ensemble of three models), "
         "picks the final weights or an average of checkpoints and the length penalty on val, "
         f"evaluates test2016 (--full: val too) with beam {TRANSLATION.beam_size} (sacreBLEU, "
         "chrF and the Multi30k literature's BLEU), exports a SavedModel under saved_models/, "
         "translates example sentences through it and prints a summary. Running it again on a "
         "finished run skips the training; on a killed one, resumes it.",
     )
+    ensemble = ", ".join(name for name, _ in members(True, "de"))
     demo.add_argument("--full", action="store_true",
                       help=f"the full recipe: {FULL['train_steps']} steps of the 3-layer preset "
-                      f"with P_drop {FULL['dropout']} (en-fr {recipe(True, 'fr')['dropout']}): about 150 minutes of training "
-                      "on 2 AVX2 AMD EPYC cores, in resumable pieces if need be")
+                      f"with P_drop {FULL['dropout']}, about 150 minutes of training on 2 AVX2 "
+                      f"AMD EPYC cores; for en-de an ensemble of three such runs ({ensemble}: "
+                      f"layers and P_drop) trained one after the other into RUN_DIR/members/, "
+                      f"about 400 minutes; en-fr one model with P_drop "
+                      f"{recipe(True, 'fr')['dropout']}. Resumable pieces if need be")
     demo.add_argument("--src-lang", default="en", help="source language (en)")
     demo.add_argument("--tgt-lang", default="de", choices=("de", "fr"),
                       help="target language (de)")

@@ -69,7 +69,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     """Step function, initial state and limits for searching `model` on `source_ids`.
 
     Args:
-        model: a `Transformer`.
+        model: a `Transformer`, or an `Ensemble` of them (its state is the tuple of the
+            members' states; each step gives the log of their mean probabilities).
         source_ids: (B, S) int32, padded with 0.
         beam_size: rows per sentence (the encoder runs once per sentence, then its keys and
             values are tiled to the beams once).
@@ -88,6 +89,9 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     if max_length is None:
         max_length = (ops.max(limits, initial=1) if dynamic_shapes()
                       else static_max_length(source_ids, extra_length))
+    members = getattr(model, "members", None)  # an `Ensemble`
+    if members is not None:
+        return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits)
     encoder_output, source_mask = model.encode(source_ids)
     encoder_output = tile_beams(encoder_output, beam_size)
     source_mask = tile_beams(source_mask, beam_size)
@@ -112,6 +116,24 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         return ops.expand_dims(ops.take(logits, index, axis=1), 1), prefix
 
     return uncached_step, prefix, limits, max_length
+
+
+def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits):
+    """`model_step` for an `Ensemble`: the state is the tuple of the members' states; the
+    step returns the log of the members' mean next-token probabilities (as logits: a log-softmax
+    of them gives them back)."""
+    from keras_transformer.models.ensemble import mean_of_probabilities
+
+    steps = [model_step(member, source_ids, beam_size, max_length, cached, limits)[:2]
+             for member in members]
+
+    def step_fn(tokens, state, index):
+        outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
+        log_probs = [ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+                     for logits, _ in outputs]
+        return mean_of_probabilities(log_probs), tuple(member_state for _, member_state in outputs)
+
+    return step_fn, tuple(initial for _, initial in steps), limits, max_length
 
 
 def mask_special_tokens(log_probs, index, min_length=None):

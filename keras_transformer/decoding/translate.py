@@ -13,7 +13,7 @@ from keras_transformer.decoding.search import (
     XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
 from keras_transformer.errors import InputError
-from keras_transformer.runs import Run
+from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
 from pipelines.vocabulary import Vocabulary, normalize_whitespace
 
@@ -70,8 +70,9 @@ class Translator:
     @classmethod
     def from_run(cls, run, model_file=None, **kwargs):
         """A translator of a run (a `Run` or its directory): `model_file`, else the averaged
-        model if there is one, else the final one; inputs truncated at the run's max_length."""
-        run = run if isinstance(run, Run) else Run(run)
+        model if there is one, else the final one; inputs truncated at the run's max_length.
+        A directory of member runs (`runs.EnsembleRun`) translates with their ensemble."""
+        run = run if isinstance(run, Run) else open_run(run)
         model = run.load_model(path=model_file)
         kwargs.setdefault("max_input_length", run.config.max_length)
         return cls(model, run.vocabulary(), **kwargs)

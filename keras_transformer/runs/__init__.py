@@ -1,4 +1,6 @@
-"""A run directory and its config: `Run` owns the files, `TrainConfig` the settings."""
+"""A run directory and its config: `Run` owns the files, `TrainConfig` the settings; an
+`EnsembleRun` is a directory of member runs decoded together (`open_run` tells them apart)."""
 
 from keras_transformer.runs.config import TrainConfig, make_config  # noqa: F401
 from keras_transformer.runs.run import Run  # noqa: F401
+from keras_transformer.runs.ensemble import EnsembleRun, open_run  # noqa: F401,E402

@@ -3,14 +3,16 @@ penalty chosen on val, test2016 evaluation with beam 4, SavedModel export, examp
 a summary.
 
     keras-transformer demo                 # quick: 1,200 steps of a 2-layer model
-    keras-transformer demo --full          # the full recipe: 5,500 steps of the 3-layer model
-    keras-transformer demo --tgt-lang fr   # the same for English -> French
+    keras-transformer demo --full          # the full recipe: an ensemble of three 5,500-step models
+    keras-transformer demo --tgt-lang fr   # the same for English -> French (full: one model)
 
 The quick run (`make demo`) trains the recipe (settings below) with 2 layers instead of 3 and
 no dropout for 1,200 optimizer steps, the best on val in the step-budget sweep
 (benchmarks/recipe_sweep.py; figures by RECIPE below and in the README). The full run keeps
-the 3-layer model for 5,500 steps with P_drop 0.3 (en-fr: 0.2), the best measured on val.
-Both are bounded by steps, not by the clock, so every machine trains the same model (a slower
+the 3-layer model for 5,500 steps with P_drop 0.3 (en-fr: 0.2), the best measured on val; for
+en-de it trains two more models (3 layers with P_drop 0.2, 2 layers with P_drop 0.1) into
+RUN_DIR/members/ and decodes the three as an ensemble (ENSEMBLE_BY_TARGET). Each member's
+weights are chosen on val alone, then the ensemble's length penalty. Both are bounded by steps, not by the clock, so every machine trains the same model (a slower
 machine takes longer). Every choice the job makes (which checkpoints to average, the length
 penalty) is made on val; test2016 is decoded once, at the end, and only reported.
 """
@@ -45,6 +47,19 @@ RECIPE = dict(COMMON, preset="multi30k", vocab_size=8000, warmup_steps=800)
 QUICK = dict(RECIPE, num_layers=2, dropout=0.0, train_steps=1200, keep_checkpoints=10)
 FULL = dict(RECIPE, dropout=0.3, train_steps=5500, keep_checkpoints=40)
 FULL_BY_TARGET = {"fr": dict(dropout=0.2)}  # changes to FULL for one target language
+# The full en-de recipe decodes an ensemble of three such models (the mean of their next-token
+# probabilities, `models.Ensemble`), trained one after the other into RUN_DIR/members/NAME (`runs.EnsembleRun`)
+# with FULL's settings and these changes. They are the three 5500-step variants above: alone
+# their best val candidates are 41.90, 41.52 and 40.22 (greedy, first 500); together, each
+# with the weights chosen alone, greedy 43.30 and beam 4 44.31 (alpha 1.4) against 42.69 for
+# the best single model. The two 3-layer models alone give 42.14 greedy, 43.11 beam: the
+# 2-layer model adds the most. A fourth member, the P_drop 0.3 model's own checkpoints
+# 3600-4000 averaged, added nothing (43.17 greedy). en-fr stays one model.
+ENSEMBLE_BY_TARGET = {"de": (("l3-d0.3", {}), ("l3-d0.2", dict(dropout=0.2)),
+                             ("l2-d0.1", dict(num_layers=2, dropout=0.1)))}
+# What a finished member run must have been trained with for the job to use it as is.
+MEMBER_CHECKS = ("train_steps", "vocab_size", "tokens_per_batch", "warmup_steps", "dataset",
+                 "src_lang", "tgt_lang")
 
 # Weights tried on val: (k, j) = the average of the last k checkpoints taken j apart (every
 # j-th one counting back from the newest); (1, 1) is the final weights.
@@ -63,6 +78,31 @@ EXAMPLES = ["A little girl climbs into a wooden playhouse.",
 def recipe(full=False, tgt_lang="de"):
     """The settings the job trains with: QUICK, or FULL with its changes for `tgt_lang`."""
     return dict(FULL, **FULL_BY_TARGET.get(tgt_lang, {})) if full else dict(QUICK)
+
+
+def members(full=False, tgt_lang="de"):
+    """[(name, settings)] of the models the job trains: [(None, recipe)] for one model (trained
+    in the run directory itself), or the full recipe's ensemble members for `tgt_lang`."""
+    settings = recipe(full, tgt_lang)
+    if not full or tgt_lang not in ENSEMBLE_BY_TARGET:
+        return [(None, settings)]
+    return [(name, dict(settings, **changes)) for name, changes in ENSEMBLE_BY_TARGET[tgt_lang]]
+
+
+def _check_member(run, config):
+    """A finished run reused as a member must match the recipe: RunError names what differs."""
+    saved = run.config
+    differs = [f"{key} {getattr(saved, key)!r} (the recipe: {getattr(config, key)!r})"
+               for key in MEMBER_CHECKS if getattr(saved, key) != getattr(config, key)]
+    wanted, have = config.resolved().architecture, saved.architecture
+    differs += [f"{key} {have.get(key)!r} (the recipe: {value!r})"
+                for key, value in sorted(wanted.items()) if have.get(key) != value]
+    if differs:
+        from keras_transformer.errors import RunError
+
+        raise RunError(f"{run.directory} holds a model trained with other settings: "
+                       f"{'; '.join(differs)}. Delete it (or give another --output-dir) to train "
+                       f"the recipe's.")
 
 
 def _label(k, every):
@@ -127,47 +167,76 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
 
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
-    from keras_transformer.runs import Run, make_config
+    from keras_transformer.models import Ensemble
+    from keras_transformer.runs import EnsembleRun, Run, make_config
+    from keras_transformer.runs.ensemble import MEMBERS
     from keras_transformer.runs.run import write_lines
     from keras_transformer.training.trainer import train
     from pipelines import datasets
 
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     mode = "full" if full else "quick"
-    settings = recipe(full, tgt_lang)
+    specs = members(full, tgt_lang)
     if train_steps is not None:
-        settings["train_steps"] = train_steps
+        specs = [(name, dict(settings, train_steps=train_steps)) for name, settings in specs]
     name = f"multi30k-{src_lang}-{tgt_lang}-{mode}"
     run_dir = pathlib.Path(output_dir or pathlib.Path("runs") / name)
-    config = make_config(None, src_lang=src_lang, tgt_lang=tgt_lang, output_dir=str(run_dir),
-                         **settings)
     started = time.monotonic()
     summary = {"job": f"Multi30k {src_lang}->{tgt_lang}, {mode} recipe", "run_dir": str(run_dir)}
+    ensemble = len(specs) > 1
+    if ensemble:
+        summary["job"] += f" (an ensemble of {len(specs)} models)"
 
     beam = TRANSLATION.beam_size
-    run = Run(run_dir)
-    print(f"== 1/5 training ({mode}: {settings['train_steps']} optimizer steps) "
-          f"-> {run_dir}", flush=True)
-    if run.has_model():
-        print(f"{run_dir} holds a trained model: training is done (delete {run_dir} to train "
-              "again).", flush=True)
-        summary["training"] = run.read_json(TRAIN_SUMMARY, default={})
-    else:
-        summary["training"] = train(config)
-        run.write_json(TRAIN_SUMMARY, summary["training"])
-    config, tokenizer = run.config, run.vocabulary()
+    member_runs, summary["training"] = [], {}
+    for number, (member, settings) in enumerate(specs, 1):
+        directory = run_dir / MEMBERS / member if member else run_dir  # runs.ensemble's layout
+        which = f" member {number}/{len(specs)} ({member})" if member else ""
+        config = make_config(None, src_lang=src_lang, tgt_lang=tgt_lang,
+                             output_dir=str(directory), **settings)
+        member_run = Run(directory)
+        print(f"== 1/5 training{which} ({mode}: {settings['train_steps']} optimizer steps) "
+              f"-> {directory}", flush=True)
+        if member_run.has_model():
+            print(f"{directory} holds a trained model: training is done (delete {directory} to "
+                  "train again).", flush=True)
+            if ensemble:
+                _check_member(member_run, config)
+            training = member_run.read_json(TRAIN_SUMMARY, default={})
+        else:
+            training = train(config)
+            member_run.write_json(TRAIN_SUMMARY, training)
+        summary["training"][member or "model"] = training
+        member_runs.append(member_run)
+    if not ensemble:
+        summary["training"] = summary["training"]["model"]
+    run = member_runs[0]
+    config = run.config
+    top = EnsembleRun(run_dir, [r.directory for r in member_runs]) if ensemble else run
+    tokenizer = top.vocabulary()  # an ensemble's: checked to be shared by its members
 
-    print("== 2/5 choosing on val: the weights (final, or an average of checkpoints), then "
-          "the length penalty", flush=True)
+    print("== 2/5 choosing on val: the weights (final, or an average of checkpoints)"
+          f"{' of each member' if ensemble else ''}, then the length penalty", flush=True)
     texts = {split: datasets.split_texts(config.dataset, split, **config.data_arguments())
              for split in ("dev", "test")}  # each split read once
     dev_sources, dev_references = texts["dev"]
-    model, chosen, val_scores = _choose_weights(run, dev_sources[:VAL_SENTENCES],
-                                                dev_references[:VAL_SENTENCES])
-    averaged = run.save_model(model, averaged=True)
-    summary["weights"] = chosen
-    summary["val_greedy_sacrebleu"] = val_scores
-    print(f"chosen: {chosen} -> {averaged}", flush=True)
+    models, summary["weights"], summary["val_greedy_sacrebleu"] = [], {}, {}
+    for (member, _), member_run in zip(specs, member_runs):
+        if member:
+            print(f"  member {member}:", flush=True)
+        model, chosen, val_scores = _choose_weights(member_run, dev_sources[:VAL_SENTENCES],
+                                                    dev_references[:VAL_SENTENCES])
+        averaged = member_run.save_model(model, averaged=True)
+        print(f"chosen{f' for {member}' if member else ''}: {chosen} -> {averaged}", flush=True)
+        summary["weights"][member or "model"] = chosen
+        summary["val_greedy_sacrebleu"][member or "model"] = val_scores
+        models.append(model)
+    if ensemble:
+        model = Ensemble(models)
+        chosen = "; ".join(f"{member}: {label}" for member, label in summary["weights"].items())
+    else:
+        chosen = summary["weights"] = summary["weights"]["model"]
+        summary["val_greedy_sacrebleu"] = summary["val_greedy_sacrebleu"]["model"]
     alpha, alpha_scores = _choose_alpha(model, tokenizer, config, dev_sources[:VAL_SENTENCES],
                                         dev_references[:VAL_SENTENCES], beam)
     summary["alpha"] = alpha
@@ -184,7 +253,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         with progress_bar(total=len(sources), unit=" sentences",
                           desc=f"{key} beam {beam}") as bar:
             hypotheses = translator.translate(sources, progress=bar)
-        write_lines(run.hypotheses_path(key, beam), hypotheses)
+        write_lines(top.hypotheses_path(key, beam), hypotheses)
         official = datasets.official_tokenized_references(config.dataset, split,
                                                           config.tgt_lang, config.source_dir)
         result = score(hypotheses, references, lang=config.tgt_lang,
@@ -207,12 +276,14 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
             print(f"  {source}\n    -> {output}", flush=True)
 
     summary["job_minutes"] = round((time.monotonic() - started) / 60, 1)
-    run.write_json(SUMMARY, summary)
-    training = summary["training"]
+    top.write_json(SUMMARY, summary)
+    trainings = summary["training"] if ensemble else {None: summary["training"]}
     print("\n== summary", flush=True)
     print(f"  {summary['job']}; preset {config.preset} ({model.count_params():,} parameters)")
-    if training:
-        print(_training_line(training))
+    for member, training in trainings.items():
+        if training:
+            line = _training_line(training)
+            print(f"  {member}: {line.strip()}" if member else line)
     print(f"  weights: {chosen}; length penalty alpha {alpha} (both chosen on val)")
     for key in ("val", "test2016"):
         if key in summary:
@@ -223,7 +294,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
                   f"convention (lowercased, Moses-tokenized, {result['literature_references']}"
                   " references)")
     print(f"  SavedModel: {summary.get('saved_model', 'not exported (see step 4/5)')}")
-    print(f"  whole job: {summary['job_minutes']} min; details in {run.file(SUMMARY)}",
+    print(f"  whole job: {summary['job_minutes']} min; details in {top.file(SUMMARY)}",
           flush=True)
     return summary
 

@@ -1,0 +1,57 @@
+"""An ensemble of Transformers that share a vocabulary, searched as one model.
+
+    ensemble = Ensemble([run_a.load_model(), run_b.load_model()])
+    Translator(ensemble, run_a.vocabulary()).translate(["A dog runs in the park."])
+
+At every search step each member gives its next-token distribution and the ensemble takes
+their mean, p(y | ...) = (1/M) sum_m p_m(y | ...), computed in log space (logsumexp of the
+members' log-probabilities minus log M). Each member keeps its own encoder output and its own
+self-attention caches; `decoding.search.model_step` builds the ensemble's step function from the
+members' (the search functions, the exports and the JAX path use it unchanged).
+
+Members must share the vocabulary (the same pieces in the same order): `Ensemble` checks the
+output sizes; `runs.Run.ensemble` also compares the pieces of the runs' vocabularies.
+"""
+
+import keras
+
+from keras_transformer.errors import InputError
+
+
+class Ensemble(keras.Model):
+    """Transformers decoded together (the mean of their next-token probabilities).
+
+    Not trained: load or train the members, then wrap them. Its `variables` are all the
+    members' (what a compiled search or an export tracks).
+    """
+
+    def __init__(self, members, **kwargs):
+        super().__init__(**kwargs)
+        members = list(members)
+        if not members:
+            raise InputError("an ensemble needs at least one model.")
+        sizes = {int(member.target_vocab_size or member.vocab_size) for member in members}
+        if len(sizes) > 1:
+            raise InputError(f"the models of an ensemble must share one vocabulary; their "
+                             f"output sizes differ: {sorted(sizes)}.")
+        self.members = members
+        self.output_size = sizes.pop()
+        # No weights of its own: built once its members are (trained models always are).
+        self.built = all(member.built for member in members)
+
+    def call(self, inputs, training=None):
+        """(source_ids, target_ids) -> the log of the members' mean probabilities (B, T, V)."""
+        log_probs = [keras.ops.log_softmax(keras.ops.cast(member(inputs, training=training),
+                                                          "float32"), axis=-1)
+                     for member in self.members]
+        return mean_of_probabilities(log_probs)
+
+
+def mean_of_probabilities(log_probs):
+    """log((1/M) sum_m exp(log_probs[m])) for a list of M same-shaped log-probability tensors."""
+    import math
+
+    if len(log_probs) == 1:
+        return log_probs[0]
+    stacked = keras.ops.stack(log_probs, axis=0)
+    return keras.ops.logsumexp(stacked, axis=0) - math.log(len(log_probs))

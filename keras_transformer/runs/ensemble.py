@@ -1,0 +1,96 @@
+"""A run directory that holds an ensemble: RUN_DIR/members/NAME/ are ordinary runs (the full
+en-de recipe trains three), decoded together as one `models.Ensemble`.
+
+    run = open_run("runs/multi30k-en-de-full")   # a Run, or an EnsembleRun if it has members/
+    model = run.load_model()                      # an Ensemble of the members' chosen weights
+
+The members must share their vocabulary (the same pieces in the same order: runs that built
+it from the same data with the same settings do); `vocabulary()` checks it and names the
+member that differs. The ensemble's own files (summaries, hypotheses) live in RUN_DIR.
+"""
+
+import pathlib
+
+from keras_transformer.errors import RunError
+from keras_transformer.runs.run import Run
+
+MEMBERS = "members"
+
+
+def member_directories(directory):
+    """The member run directories under DIRECTORY/members, sorted by name ([] if none)."""
+    folder = pathlib.Path(directory) / MEMBERS
+    if not folder.is_dir():
+        return []
+    return sorted(path for path in folder.iterdir() if (path / Run.CONFIG).is_file())
+
+
+def open_run(directory):
+    """`EnsembleRun` for a directory with member runs (and no config of its own), else `Run`."""
+    directory = pathlib.Path(directory)
+    if not (directory / Run.CONFIG).is_file() and member_directories(directory):
+        return EnsembleRun(directory)
+    return Run(directory)
+
+
+class EnsembleRun(Run):
+    """A directory of member runs, used as one run for decoding, evaluation and SavedModel
+    export. Training, averaging and checkpoints belong to the members."""
+
+    def __init__(self, directory, members=None):
+        super().__init__(directory)
+        self.members = [Run(path) for path in (members or member_directories(directory))]
+        if not self.members:
+            raise RunError(f"{self.directory} has no member runs under {MEMBERS}/.")
+
+    def __repr__(self):
+        return f"EnsembleRun({str(self.directory)!r}, {len(self.members)} members)"
+
+    @property
+    def config(self):
+        """The first member's config (the members share data, languages and max_length)."""
+        return self.members[0].config
+
+    def is_run(self):
+        return all(member.is_run() for member in self.members)
+
+    def has_model(self):
+        return all(member.has_model() for member in self.members)
+
+    def vocabulary_bytes(self):
+        return self.members[0].vocabulary_bytes()
+
+    @property
+    def tokenizer_path(self):
+        return self.members[0].tokenizer_path
+
+    def vocabulary(self):
+        """The members' shared vocabulary; RunError names a member whose pieces differ."""
+        if self._vocabulary is None:
+            first = self.members[0].vocabulary()
+            pieces = first.pieces()
+            for member in self.members[1:]:
+                if member.vocabulary().pieces() != pieces:
+                    raise RunError(f"{member.directory} has another vocabulary than "
+                                   f"{self.members[0].directory}: an ensemble's members must "
+                                   "share one (the same pieces in the same order).")
+            self._vocabulary = first
+        return self._vocabulary
+
+    def tokenizer(self):
+        self.vocabulary()  # checked
+        return self.members[0].tokenizer()
+
+    def load_model(self, prefer_averaged=True, path=None):
+        """The `Ensemble` of the members' models (each: averaged.keras if present, else
+        model.keras)."""
+        from keras_transformer.models import Ensemble
+
+        if path is not None:
+            raise RunError(f"{self.directory} is an ensemble: it has no single model file to "
+                           f"load ({path}); choose each member's weights in its own run.")
+        self.vocabulary()
+        return Ensemble([member.load_model(prefer_averaged) for member in self.members])
+
+    def build_model(self):
+        raise RunError(f"{self.directory} is an ensemble of trained runs: train its members.")

@@ -1,0 +1,108 @@
+"""An ensemble of Transformers decoded as one model: the mean of the members' next-token
+probabilities at every step, through the same searches, run directories and exports."""
+
+import shutil
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer import Transformer
+from keras_transformer.decoding.beam_search import compiled_beam_search, translate_beam
+from keras_transformer.decoding.search import compiled_greedy_search, greedy_search, model_step
+from keras_transformer.decoding.translate import Translator
+from keras_transformer.errors import InputError, RunError
+from keras_transformer.models import Ensemble
+from keras_transformer.runs import EnsembleRun, Run, make_config, open_run
+from keras_transformer.tasks import main_job
+from pipelines.special_ids import EOS_ID
+from pipelines.vocabulary import train_vocabulary
+from tests.test_search import hypotheses, sources
+
+VOCAB = 40
+
+
+def _model(seed, **overrides):
+    keras.utils.set_random_seed(seed)
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, **overrides)
+    model.build()
+    return model
+
+
+@pytest.fixture(scope="module")
+def members():
+    return [_model(1), _model(2, num_layers=1)]
+
+
+def test_the_ensemble_gives_the_log_of_its_members_mean_probability(members):
+    src = sources()
+    tgt = np.concatenate([np.full((3, 1), 1, "int32"), src[:, :4]], axis=1)
+    ensemble = Ensemble(members)
+    assert ensemble.count_params() == sum(member.count_params() for member in members)
+    got = keras.ops.convert_to_numpy(ensemble((src, tgt)))
+    probabilities = [tf.nn.softmax(member((src, tgt)), axis=-1).numpy() for member in members]
+    np.testing.assert_allclose(got, np.log(np.mean(probabilities, axis=0)), atol=1e-5)
+
+
+def test_the_cached_ensemble_search_matches_recomputing_every_prefix(members):
+    src = sources(seed=3)
+    ensemble = Ensemble(members)
+    cached = greedy_search(*model_step(ensemble, src)[:3])
+    uncached = greedy_search(*model_step(ensemble, src, cached=False)[:3])
+    assert hypotheses(cached[0]) == hypotheses(uncached[0])
+    np.testing.assert_allclose(cached[1], uncached[1], atol=1e-4)
+    beam = translate_beam(ensemble, src, beam_size=3, alpha=0.6)
+    beam_uncached = translate_beam(ensemble, src, beam_size=3, alpha=0.6, cached=False)
+    assert hypotheses(beam["ids"][:, 0]) == hypotheses(beam_uncached["ids"][:, 0])
+
+
+def test_an_ensemble_of_one_model_decodes_as_that_model(members):
+    src = sources(seed=5)
+    alone, ensemble = members[0], Ensemble(members[:1])
+    assert hypotheses(compiled_greedy_search(ensemble)(src)[0]) == \
+        hypotheses(compiled_greedy_search(alone)(src)[0])
+    ours = compiled_beam_search(ensemble, beam_size=2)(src)
+    theirs = compiled_beam_search(alone, beam_size=2)(src)
+    assert hypotheses(ours["ids"][:, 0]) == hypotheses(theirs["ids"][:, 0])
+    assert all(h[-1] == EOS_ID for h in hypotheses(ours["ids"][:, 0]))
+
+
+def test_members_with_different_output_sizes_are_refused():
+    with pytest.raises(InputError, match=r"output sizes differ: \[40, 41\]"):
+        Ensemble([_model(1), Transformer.from_preset("tiny", vocab_size=41)])
+
+
+def test_a_directory_of_member_runs_translates_as_one_and_checks_the_vocabulary(tiny_run,
+                                                                                 tmp_path):
+    folder = tmp_path / "ensemble"
+    for name in ("a", "b"):
+        shutil.copytree(tiny_run, folder / "members" / name)
+    run = open_run(folder)
+    assert isinstance(run, EnsembleRun) and not isinstance(open_run(tiny_run), EnsembleRun)
+    assert isinstance(run.load_model(), Ensemble) and run.config.max_length > 0
+    sentences = ["a b c", "d e"]
+    together = Translator.from_run(folder, beam_size=2).translate(sentences)
+    # Two copies of one model: their mean is that model.
+    assert together == Translator.from_run(tiny_run, beam_size=2).translate(sentences)
+
+    other = train_vocabulary(["x y z w", "v u t s"] * 20, vocab_size=275, progress=False)
+    (folder / "members" / "b" / Run.VOCABULARY / "spm.model").write_bytes(other.model_proto)
+    with pytest.raises(RunError, match=r"members/b has another vocabulary"):
+        open_run(folder).vocabulary()
+
+
+def test_the_main_job_names_what_a_reused_member_was_trained_differently(tiny_run):
+    (name, settings), = [m for m in main_job.members(True, "de") if m[0] == "l2-d0.1"]
+    config = make_config(None, output_dir=str(tiny_run), **settings)
+    with pytest.raises(RunError, match=r"other settings: train_steps 20 \(the recipe: 5500\)"):
+        main_job._check_member(Run(tiny_run), config)
+
+
+def test_the_full_recipe_is_an_ensemble_for_en_de_and_one_model_otherwise():
+    full_de = main_job.members(True, "de")
+    assert [name for name, _ in full_de] == ["l3-d0.3", "l3-d0.2", "l2-d0.1"]
+    assert {s["dropout"] for _, s in full_de} == {0.3, 0.2, 0.1}
+    assert all(s["train_steps"] == main_job.FULL["train_steps"] for _, s in full_de)
+    assert main_job.members(True, "fr") == [(None, main_job.recipe(True, "fr"))]
+    assert main_job.members() == [(None, main_job.recipe())]
