@@ -319,10 +319,10 @@ def _evaluate(args):
 
     from keras_transformer.errors import InputError
     from keras_transformer.evaluation.bleu import score
-    from keras_transformer.runs import Run
+    from keras_transformer.runs import open_run
     from pipelines import datasets
 
-    run = Run(args.run_dir)
+    run = open_run(args.run_dir)  # an ensemble's directory too
     translator = _translator(args)
     config = run.config
     official = None  # the official tokenized references (Multi30k val / test2016)
