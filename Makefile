@@ -21,15 +21,15 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(BIN)/keras-transformer demo
 
-# The full suite on two pytest workers (each test file stays on one worker, so its fixtures
-# are built once); `make test PYTEST_WORKERS=0` runs it in one process.
+# The full suite and the fast subset on two pytest workers (each test file stays on one
+# worker, so its fixtures are built once); `PYTEST_WORKERS=0` runs them in one process.
 PYTEST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" tests
 
 # The fast subset under coverage: the lines it runs in each module.
 coverage-fast: $(STAMP)
