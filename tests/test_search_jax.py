@@ -20,6 +20,7 @@ import pytest
 from keras_transformer import Transformer
 from keras_transformer.decoding.beam_search import compiled_beam_search
 from keras_transformer.decoding.search import compiled_greedy_search
+from keras_transformer.models import Ensemble
 from pipelines.special_ids import BOS_ID, EOS_ID
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -32,6 +33,7 @@ JAX_SCRIPT = """
 import json, sys
 import numpy as np
 from keras_transformer import Transformer
+from keras_transformer.models import Ensemble
 from keras_transformer.decoding.beam_search import compiled_beam_search
 from keras_transformer.decoding.search import compiled_greedy_search
 
@@ -44,9 +46,14 @@ source, target = inputs["source"], inputs["target"]
 greedy_ids, greedy_scores = compiled_greedy_search(model)(source)
 beam = compiled_beam_search(model, 4)(source)
 again = compiled_beam_search(model, 4)(source[:1, :5])  # another shape: compiled again
+other = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_layers=1)
+other.build()
+other.load_weights(folder + "/other.weights.h5")
+ensemble = compiled_greedy_search(Ensemble([model, other]))(source)
 np.savez(folder + "/jax.npz", logits=np.asarray(model((source, target))),
          greedy_ids=greedy_ids, greedy_scores=greedy_scores, beam_ids=beam["ids"],
-         beam_scores=beam["scores"], beam_log_probs=beam["log_probs"], again_ids=again["ids"])
+         beam_scores=beam["scores"], beam_log_probs=beam["log_probs"], again_ids=again["ids"],
+         ensemble_ids=ensemble[0], ensemble_scores=ensemble[1])
 print(json.dumps({{"backend": __import__("keras").backend.backend(),
                    "types": sorted({{type(v).__name__ for v in beam.values()}})}}))
 """
@@ -69,6 +76,9 @@ def runs(tmp_path_factory):
     model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
     model.build()
     model.save_weights(str(folder / "model.weights.h5"))
+    other = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, num_layers=1)
+    other.build()
+    other.save_weights(str(folder / "other.weights.h5"))
     source = sources()
     target = np.concatenate([np.full((3, 1), BOS_ID, "int32"), source[:, :5]], axis=1)
     np.savez(folder / "inputs.npz", source=source, target=target)
@@ -88,6 +98,9 @@ def runs(tmp_path_factory):
         greedy_scores=np.asarray(greedy_scores),
         **{f"beam_{key}": np.asarray(value) for key, value in beam.items()},
         again_ids=np.asarray(compiled_beam_search(model, 4)(source[:1, :5])["ids"]))
+    ensemble = compiled_greedy_search(Ensemble([model, other]))(source)
+    tf_results.update(ensemble_ids=np.asarray(ensemble[0]),
+                      ensemble_scores=np.asarray(ensemble[1]))
     return tf_results, dict(np.load(folder / "jax.npz"))
 
 
@@ -112,6 +125,15 @@ def test_beam_search_agrees_across_backends(runs):
     np.testing.assert_array_equal(jax_results["again_ids"], tf_results["again_ids"])
     for key in ("beam_scores", "beam_log_probs"):
         np.testing.assert_allclose(jax_results[key], tf_results[key], rtol=1e-4, atol=1e-4)
+
+
+def test_an_ensemble_greedy_search_agrees_across_backends(runs):
+    tf_results, jax_results = runs
+    np.testing.assert_array_equal(jax_results["ensemble_ids"], tf_results["ensemble_ids"])
+    np.testing.assert_allclose(jax_results["ensemble_scores"], tf_results["ensemble_scores"],
+                               rtol=1e-4, atol=1e-4)
+    # Two different models: the ensemble's search is not the first model's.
+    assert not np.allclose(tf_results["ensemble_scores"], tf_results["greedy_scores"])
 
 
 @pytest.mark.parametrize("name", ["search.py", "beam_search.py"])
