@@ -724,7 +724,7 @@ def build_parser():
                       f"with P_drop {FULL['dropout']}, about 150 minutes of training on 2 AVX2 "
                       f"AMD EPYC cores; for en-de an ensemble of three such runs ({ensemble}: "
                       f"layers and P_drop) trained one after the other into RUN_DIR/members/, "
-                      f"about 400 minutes; en-fr one model with P_drop "
+                      f"about 420 minutes; en-fr one model with P_drop "
                       f"{recipe(True, 'fr')['dropout']}. Resumable pieces if need be")
     demo.add_argument("--src-lang", default="en", help="source language (en)")
     demo.add_argument("--tgt-lang", default="de", choices=("de", "fr"),
