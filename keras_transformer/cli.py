@@ -156,9 +156,13 @@ def _prepare(args):
 
 
 def _average(args):
-    from keras_transformer.runs import Run
+    from keras_transformer.errors import InputError
+    from keras_transformer.runs import EnsembleRun, open_run
 
-    run = Run(args.run_dir)
+    run = open_run(args.run_dir)
+    if isinstance(run, EnsembleRun):
+        raise InputError(f"{args.run_dir} is an ensemble: average the checkpoints of each "
+                         f"member, e.g. --run-dir {run.members[0].directory}.")
     model, paths = run.average(args.last, every=args.every)
     output = run.save_model(model, averaged=True, path=args.output)
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)})"

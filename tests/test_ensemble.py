@@ -91,8 +91,9 @@ def test_a_directory_of_member_runs_translates_as_one_and_checks_the_vocabulary(
     assert cli.main(["evaluate", "--run-dir", str(folder), "--src", str(source), "--ref",
                      str(reference), "--beam", "2"]) == 0
     assert run.hypotheses_path("test", 2).read_text(encoding="utf-8").splitlines() == together
-    assert cli.main(["export", "--run-dir", str(folder), "--format", "tflite",
-                     "--output-dir", str(tmp_path)]) == 2
+    for refused in (["export", "--format", "tflite", "--output-dir", str(tmp_path)],
+                    ["average", "--last", "2"]):
+        assert cli.main([refused[0], "--run-dir", str(folder), *refused[1:]]) == 2
 
     other = train_vocabulary(["x y z w", "v u t s"] * 20, vocab_size=275, progress=False)
     (folder / "members" / "b" / Run.VOCABULARY / "spm.model").write_bytes(other.model_proto)
