@@ -19,6 +19,11 @@ forward and backward: 6 x weights x tokens of each side, the output projection i
 training minutes, tokens/s, the CPU (model, class, cores, TF_ENABLE_ONEDNN_OPTS), val
 perplexity, and val BLEU (sacreBLEU, greedy, first 500) of the final weights and of the
 average of the last 5 checkpoints.
+
+Like the other benchmarks it takes TensorFlow's kernels as the environment says: the command's
+CPU defaults (keras_transformer/hardware.py) are not applied, so on the AVX2 class run it with
+TF_ENABLE_ONEDNN_OPTS=1 to time it as `keras-transformer train` trains (the BLEU does not
+depend on it; the minutes do, about 1.5x there).
 """
 
 import argparse
