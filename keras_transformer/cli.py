@@ -156,13 +156,9 @@ def _prepare(args):
 
 
 def _average(args):
-    from keras_transformer.errors import InputError
-    from keras_transformer.runs import EnsembleRun, open_run
+    from keras_transformer.runs import open_single_run
 
-    run = open_run(args.run_dir)
-    if isinstance(run, EnsembleRun):
-        raise InputError(f"{args.run_dir} is an ensemble: average the checkpoints of each "
-                         f"member, e.g. --run-dir {run.members[0].directory}.")
+    run = open_single_run(args.run_dir, "averaging checkpoints")
     model, paths = run.average(args.last, every=args.every)
     output = run.save_model(model, averaged=True, path=args.output)
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)})"
@@ -363,13 +359,9 @@ def _attention(args):
     import tensorflow as tf
 
     from keras_transformer.evaluation.attention_maps import KINDS, attention_weights, plot
-    from keras_transformer.errors import InputError
-    from keras_transformer.runs import EnsembleRun, open_run
+    from keras_transformer.runs import open_single_run
 
-    run = open_run(args.run_dir)
-    if isinstance(run, EnsembleRun):
-        raise InputError(f"{args.run_dir} is an ensemble; attention pictures show one model: "
-                         f"give one of its members, e.g. --run-dir {run.members[0].directory}.")
+    run = open_single_run(args.run_dir, "an attention picture")
     translator = _translator(args)
     tokenizer = run.tokenizer()
     source = translator.encode([args.sentence])[0]

@@ -90,7 +90,7 @@ class Vocabulary:
 
     def pieces(self):
         """Every piece, in id order (two vocabularies with the same pieces encode alike)."""
-        return [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
+        return self.id_to_piece(range(self.vocab_size))
 
 
 def tokenizer_settings(vocab_size=8000, model_type="bpe", sample_size=2_000_000, seed=0,

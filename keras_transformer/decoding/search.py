@@ -129,9 +129,8 @@ def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits):
 
     def step_fn(tokens, state, index):
         outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
-        log_probs = [ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
-                     for logits, _ in outputs]
-        return mean_of_probabilities(log_probs), tuple(member_state for _, member_state in outputs)
+        return (mean_of_probabilities([logits for logits, _ in outputs]),
+                tuple(member_state for _, member_state in outputs))
 
     return step_fn, tuple(initial for _, initial in steps), limits, max_length
 

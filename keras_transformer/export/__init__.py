@@ -20,7 +20,7 @@ from keras_transformer.export.saved_model import (  # noqa: F401
 from keras_transformer.export.tflite import (  # noqa: F401
     QUANTIZATIONS, TFLiteTranslator, convert_tflite, export_tflite, tflite_filename)
 from keras_transformer.export import ct2
-from keras_transformer.runs import EnsembleRun, open_run
+from keras_transformer.runs import open_run, open_single_run
 
 FORMATS = ("savedmodel", "tflite", "ctranslate2")
 QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
@@ -49,11 +49,9 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir="saved_
     name = name or os.path.basename(os.path.abspath(run_dir))
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ExportError(f"name={name!r}: use letters, digits, '.', '_' and '-' only.")
-    run = open_run(run_dir)
-    if isinstance(run, EnsembleRun) and format != "savedmodel":
-        raise ExportError(f"{run_dir} is an ensemble of {len(run.members)} models: it exports "
-                          f"as a SavedModel only (--format savedmodel), or export one member "
-                          f"({run.members[0].directory}) as {format}.")
+    # An ensemble exports as one SavedModel; the other formats take one model.
+    run = (open_run(run_dir) if format == "savedmodel"
+           else open_single_run(run_dir, f"a {format} export"))
     model = run.load_model(path=model_file)
     tokenizer, max_input_length = run.tokenizer(), run.config.max_length
     base_dir = pathlib.Path(output_dir) / name

@@ -10,7 +10,7 @@ self-attention caches; `decoding.search.model_step` builds the ensemble's step f
 members' (the search functions, the exports and the JAX path use it unchanged).
 
 Members must share the vocabulary (the same pieces in the same order): `Ensemble` checks the
-output sizes; `runs.Run.ensemble` also compares the pieces of the runs' vocabularies.
+output sizes; `runs.EnsembleRun.vocabulary` also compares the pieces of the runs' vocabularies.
 """
 
 import keras
@@ -41,16 +41,16 @@ class Ensemble(keras.Model):
 
     def call(self, inputs, training=None):
         """(source_ids, target_ids) -> the log of the members' mean probabilities (B, T, V)."""
-        log_probs = [keras.ops.log_softmax(keras.ops.cast(member(inputs, training=training),
-                                                          "float32"), axis=-1)
-                     for member in self.members]
-        return mean_of_probabilities(log_probs)
+        return mean_of_probabilities([member(inputs, training=training)
+                                      for member in self.members])
 
 
-def mean_of_probabilities(log_probs):
-    """log((1/M) sum_m exp(log_probs[m])) for a list of M same-shaped log-probability tensors."""
+def mean_of_probabilities(logits):
+    """log((1/M) sum_m softmax(logits[m])) for a list of M same-shaped logit tensors (last
+    axis: the vocabulary), computed in float32 log space."""
     import math
 
+    log_probs = [keras.ops.log_softmax(keras.ops.cast(x, "float32"), axis=-1) for x in logits]
     if len(log_probs) == 1:
         return log_probs[0]
     stacked = keras.ops.stack(log_probs, axis=0)

@@ -3,4 +3,5 @@
 
 from keras_transformer.runs.config import TrainConfig, make_config  # noqa: F401
 from keras_transformer.runs.run import Run  # noqa: F401
-from keras_transformer.runs.ensemble import EnsembleRun, open_run  # noqa: F401,E402
+from keras_transformer.runs.ensemble import (  # noqa: F401,E402
+    EnsembleRun, open_run, open_single_run)

@@ -28,9 +28,18 @@ def member_directories(directory):
 def open_run(directory):
     """`EnsembleRun` for a directory with member runs (and no config of its own), else `Run`."""
     directory = pathlib.Path(directory)
-    if not (directory / Run.CONFIG).is_file() and member_directories(directory):
-        return EnsembleRun(directory)
-    return Run(directory)
+    members = [] if (directory / Run.CONFIG).is_file() else member_directories(directory)
+    return EnsembleRun(directory, members) if members else Run(directory)
+
+
+def open_single_run(directory, what):
+    """`Run` of a directory for something that takes one model (`what`, e.g. "averaging");
+    RunError naming a member to give instead when the directory is an ensemble."""
+    run = open_run(directory)
+    if isinstance(run, EnsembleRun):
+        raise RunError(f"{directory} is an ensemble of {len(run.members)} models; {what} takes "
+                       f"one: give a member, e.g. --run-dir {run.members[0].directory}.")
+    return run
 
 
 class EnsembleRun(Run):

@@ -188,7 +188,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         summary["job"] += f" (an ensemble of {len(specs)} models)"
 
     beam = TRANSLATION.beam_size
-    member_runs, summary["training"] = [], {}
+    # Per member (key None: the one model of a single-model job).
+    member_runs, trainings, weights, val_scores = [], {}, {}, {}
     for number, (member, settings) in enumerate(specs, 1):
         directory = run_dir / MEMBERS / member if member else run_dir  # runs.ensemble's layout
         which = f" member {number}/{len(specs)} ({member})" if member else ""
@@ -206,10 +207,9 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         else:
             training = train(config)
             member_run.write_json(TRAIN_SUMMARY, training)
-        summary["training"][member or "model"] = training
+        trainings[member] = training
         member_runs.append(member_run)
-    if not ensemble:
-        summary["training"] = summary["training"]["model"]
+    summary["training"] = trainings if ensemble else trainings[None]
     run = member_runs[0]
     config = run.config
     top = EnsembleRun(run_dir, [r.directory for r in member_runs]) if ensemble else run
@@ -220,23 +220,23 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     texts = {split: datasets.split_texts(config.dataset, split, **config.data_arguments())
              for split in ("dev", "test")}  # each split read once
     dev_sources, dev_references = texts["dev"]
-    models, summary["weights"], summary["val_greedy_sacrebleu"] = [], {}, {}
+    models = []
     for (member, _), member_run in zip(specs, member_runs):
         if member:
             print(f"  member {member}:", flush=True)
-        model, chosen, val_scores = _choose_weights(member_run, dev_sources[:VAL_SENTENCES],
-                                                    dev_references[:VAL_SENTENCES])
+        model, weights[member], val_scores[member] = _choose_weights(
+            member_run, dev_sources[:VAL_SENTENCES], dev_references[:VAL_SENTENCES])
         averaged = member_run.save_model(model, averaged=True)
-        print(f"chosen{f' for {member}' if member else ''}: {chosen} -> {averaged}", flush=True)
-        summary["weights"][member or "model"] = chosen
-        summary["val_greedy_sacrebleu"][member or "model"] = val_scores
+        print(f"chosen{f' for {member}' if member else ''}: {weights[member]} -> {averaged}",
+              flush=True)
         models.append(model)
     if ensemble:
         model = Ensemble(models)
-        chosen = "; ".join(f"{member}: {label}" for member, label in summary["weights"].items())
+        chosen = "; ".join(f"{member}: {label}" for member, label in weights.items())
+        summary["weights"], summary["val_greedy_sacrebleu"] = weights, val_scores
     else:
-        chosen = summary["weights"] = summary["weights"]["model"]
-        summary["val_greedy_sacrebleu"] = summary["val_greedy_sacrebleu"]["model"]
+        chosen = summary["weights"] = weights[None]
+        summary["val_greedy_sacrebleu"] = val_scores[None]
     alpha, alpha_scores = _choose_alpha(model, tokenizer, config, dev_sources[:VAL_SENTENCES],
                                         dev_references[:VAL_SENTENCES], beam)
     summary["alpha"] = alpha
@@ -277,7 +277,6 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
 
     summary["job_minutes"] = round((time.monotonic() - started) / 60, 1)
     top.write_json(SUMMARY, summary)
-    trainings = summary["training"] if ensemble else {None: summary["training"]}
     print("\n== summary", flush=True)
     print(f"  {summary['job']}; preset {config.preset} ({model.count_params():,} parameters)")
     for member, training in trainings.items():
