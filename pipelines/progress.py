@@ -48,5 +48,8 @@ def progress_bar(iterable=None, file=None, interval=None, file_interval=FILE_INT
             kwargs.update(mininterval=interval)
     else:
         file = Lines(file)
-        kwargs.update(mininterval=file_interval, maxinterval=max(file_interval, 1.0))
+        # miniters=1: every update checks the clock itself, and tqdm's monitor thread (which
+        # only steps in for bars with dynamic miniters) stays out: its extra redraws did not
+        # reset the clock, so the next update wrote a second line within the same second.
+        kwargs.update(mininterval=file_interval, maxinterval=max(file_interval, 1.0), miniters=1)
     return tqdm(iterable, file=file, **kwargs)

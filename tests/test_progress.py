@@ -46,3 +46,34 @@ def test_a_terminal_keeps_the_live_bar():
     for _ in progress_bar(range(3), file=out, interval=0.0):
         pass
     assert "\r" in out.getvalue()
+
+
+def test_lines_in_a_log_are_one_refresh_interval_apart():
+    # tqdm's monitor thread (here every 50 ms instead of 10 s, so the test is short) used to
+    # redraw a slowed-down bar without resetting its clock: the next update then wrote a second
+    # line within the same second.
+    code = """
+import time
+import tqdm
+from pipelines.progress import progress_bar
+
+tqdm.tqdm.monitor_interval = 0.05
+stamps = []
+
+class Log:
+    def write(self, text):
+        stamps.append(time.monotonic())
+
+bar = progress_bar(total=100, file=Log(), file_interval=0.4)
+for i in range(40):
+    time.sleep(0.005 if i < 10 else 0.1)  # fast, then slow: the monitor's case
+    bar.update(1)
+bar.close()
+gaps = [b - a for a, b in zip(stamps[1:-2], stamps[2:-1])]  # not the first or closing line
+print(len(stamps), min(gaps))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    count, smallest_gap = result.stdout.split()
+    assert int(count) >= 5 and float(smallest_gap) >= 0.35, result.stdout
