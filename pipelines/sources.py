@@ -166,6 +166,21 @@ def default_multi30k_dir():
     return None
 
 
+def tfds_bars_follow_stderr():
+    """tensorflow-datasets draws its own nested tqdm bars (carriage returns and cursor moves);
+    where stderr is a file or a pipe (`make demo > demo.log`) they are turned off, so that a log
+    keeps one line per refresh. tfds still says what it downloads and prepares. On a terminal
+    they stay as the user has set them."""
+    import sys
+
+    from pipelines.progress import is_terminal
+
+    if not is_terminal(sys.stderr):
+        import tensorflow_datasets as tfds
+
+        tfds.disable_progress_bar()
+
+
 def multi30k(split, src_lang="en", tgt_lang="de", data_dir=None, source_dir=None):
     """Multi30k task 1 through its tfds builder (prepared on first use).
 
@@ -182,6 +197,7 @@ def multi30k(split, src_lang="en", tgt_lang="de", data_dir=None, source_dir=None
         if lang not in LANGUAGES:
             raise DataError(f"Multi30k has no language {lang!r}; choose from {LANGUAGES}.")
     builder = Multi30k(data_dir=data_dir, source_dir=source_dir or default_multi30k_dir())
+    tfds_bars_follow_stderr()
     builder.download_and_prepare()
     dataset = builder.as_dataset(split=split, shuffle_files=False)
     return dataset.map(lambda ex: (ex[src_lang], ex[tgt_lang])).apply(drop_empty_pairs())
@@ -204,6 +220,7 @@ def wmt14(split, src_lang="en", tgt_lang="de", data_dir=None, download=True):
         )
     name = f"wmt14_translate/{other.pop()}-en"
     # A fixed order: prepared data is cut into shards by position (training shuffles them).
+    tfds_bars_follow_stderr()
     dataset = tfds.load(name, split=split, data_dir=data_dir, download=download,
                         shuffle_files=False)
     return dataset.map(lambda ex: (ex[src_lang], ex[tgt_lang])).apply(drop_empty_pairs())

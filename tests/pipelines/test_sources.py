@@ -1,5 +1,7 @@
 import gzip
 import logging
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -106,3 +108,20 @@ def test_real_newstest_files_through_the_text_source(shared_data):
 def test_multi30k_names_an_unknown_language():
     with pytest.raises(DataError, match="Multi30k has no language 'xx'"):
         sources.multi30k("train", "en", "xx")
+
+
+@pytest.mark.slow  # a subprocess that imports TensorFlow and prepares the data (about 9 s)
+def test_preparing_multi30k_into_a_log_writes_no_redrawn_bars(tmp_path, shared_data):
+    # tfds's own nested bars (carriage returns, cursor-up escapes) are off where stderr is a
+    # file or a pipe, as ours are lines there.
+    code = ("import sys\n"
+            "from pipelines import sources\n"
+            "pairs = sources.multi30k('val', 'en', 'de', data_dir=sys.argv[1], "
+            "source_dir=sys.argv[2])\n"
+            "print(sum(1 for _ in pairs))\n")
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path),
+                             str(shared_data / "multi30k")], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == "1014", result.stdout
+    assert "\r" not in result.stderr and "\x1b[A" not in result.stderr, result.stderr
