@@ -61,6 +61,7 @@ def test_both_recipes_are_bounded_by_steps_not_by_the_clock():
         (k - 1) * every + 1 for k, every in main_job.AVERAGE_CANDIDATES)
 
 
+@pytest.mark.slow  # four beam searches, each traced (about 13 s)
 def test_main_job_chooses_the_length_penalty_on_val(tiny_run, capsys):
     run = Run(tiny_run)
     sources, references = datasets.pair_texts(
@@ -88,6 +89,7 @@ def test_averages_may_take_every_other_checkpoint(run_copy, caplog):
     assert [os.path.basename(p) for p in used] == ["ckpt-10.weights.h5", "ckpt-20.weights.h5"]
 
 
+@pytest.mark.slow  # resumes a training (about 15 s)
 def test_progress_counts_the_runs_steps_from_where_it_resumed(run_copy, toy_corpus, capsys):
     from keras_transformer.training import train
     from tests.conftest import toy_config

@@ -55,7 +55,8 @@ def test_beam_size_1_equals_greedy(model):
     # legitimately keep going to find a longer, better-normalized hypothesis.
     src = sources()
     greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
-    beam = translate_beam(model, src, beam_size=1, alpha=0.0)
+    # translate_beam inside a graph (eagerly it runs the same ops, one Python step at a time).
+    beam = tf.function(lambda ids: translate_beam(model, ids, beam_size=1, alpha=0.0))(src)
     assert hypotheses(beam["ids"][:, 0]) == hypotheses(greedy_ids)
     np.testing.assert_allclose(beam["log_probs"][:, 0], greedy_scores, rtol=1e-5, atol=1e-5)
 
@@ -201,7 +202,7 @@ def test_static_shapes_find_what_dynamic_shapes_find(model):
 
     result, (greedy_ids, greedy_scores) = static(src)
     assert result["ids"].shape[-1] == greedy_ids.shape[-1] == src.shape[1] + 50
-    expected = translate_beam(model, src, beam_size=4, alpha=0.6)
+    expected = compiled_beam_search(model, 4, alpha=0.6)(src)
     np.testing.assert_array_equal(trim(result["ids"].numpy()), expected["ids"].numpy())
     np.testing.assert_allclose(result["scores"], expected["scores"], rtol=1e-5, atol=1e-5)
     expected_ids, expected_scores = compiled_greedy_search(model)(src)

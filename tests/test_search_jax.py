@@ -26,8 +26,12 @@ from pipelines.special_ids import BOS_ID, EOS_ID
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 40
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
-                                reason="jax is not installed")
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),
+    # JAX compiles four searches in a subprocess (about 30 s); test_backends.py keeps a JAX
+    # subprocess in `make test-fast`.
+    pytest.mark.slow,
+]
 
 JAX_SCRIPT = """
 import json, sys
