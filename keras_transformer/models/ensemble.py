@@ -35,7 +35,6 @@ class Ensemble(keras.Model):
             raise InputError(f"the models of an ensemble must share one vocabulary; their "
                              f"output sizes differ: {sorted(sizes)}.")
         self.members = members
-        self.output_size = sizes.pop()
         # No weights of its own: built once its members are (trained models always are).
         self.built = all(member.built for member in members)
 

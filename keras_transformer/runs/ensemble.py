@@ -47,8 +47,11 @@ class EnsembleRun(Run):
     export. Training, averaging and checkpoints belong to the members."""
 
     def __init__(self, directory, members=None):
+        """members: the member runs (`Run`s or their directories); default: those under
+        DIRECTORY/members."""
         super().__init__(directory)
-        self.members = [Run(path) for path in (members or member_directories(directory))]
+        self.members = [member if isinstance(member, Run) else Run(member)
+                        for member in (members or member_directories(directory))]
         if not self.members:
             raise RunError(f"{self.directory} has no member runs under {MEMBERS}/.")
 

@@ -12,8 +12,9 @@ no dropout for 1,200 optimizer steps, the best on val in the step-budget sweep
 the 3-layer model for 5,500 steps with P_drop 0.3 (en-fr: 0.2), the best measured on val; for
 en-de it trains two more models (3 layers with P_drop 0.2, 2 layers with P_drop 0.1) into
 RUN_DIR/members/ and decodes the three as an ensemble (ENSEMBLE_BY_TARGET). Each member's
-weights are chosen on val alone, then the ensemble's length penalty. Both are bounded by steps, not by the clock, so every machine trains the same model (a slower
-machine takes longer). Every choice the job makes (which checkpoints to average, the length
+weights are chosen on val alone, then the ensemble's length penalty. Both are bounded by
+steps, not by the clock, so every machine trains the same model (a slower machine takes
+longer). Every choice the job makes (which checkpoints to average, the length
 penalty) is made on val; test2016 is decoded once, at the end, and only reported.
 """
 
@@ -48,8 +49,8 @@ QUICK = dict(RECIPE, num_layers=2, dropout=0.0, train_steps=1200, keep_checkpoin
 FULL = dict(RECIPE, dropout=0.3, train_steps=5500, keep_checkpoints=40)
 FULL_BY_TARGET = {"fr": dict(dropout=0.2)}  # changes to FULL for one target language
 # The full en-de recipe decodes an ensemble of three such models (the mean of their next-token
-# probabilities, `models.Ensemble`), trained one after the other into RUN_DIR/members/NAME (`runs.EnsembleRun`)
-# with FULL's settings and these changes. They are the three 5500-step variants above: alone
+# probabilities, `models.Ensemble`), trained one after the other into RUN_DIR/members/NAME
+# (`runs.EnsembleRun`) with FULL's settings and these changes. They are the three 5500-step variants above: alone
 # their best val candidates are 41.90, 41.52 and 40.22 (greedy, first 500); together, each
 # with the weights chosen alone, greedy 43.30 and beam 4 44.31 (alpha 1.4) against 42.69 for
 # the best single model. The two 3-layer models alone give 42.14 greedy, 43.11 beam: the
@@ -210,9 +211,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
         trainings[member] = training
         member_runs.append(member_run)
     summary["training"] = trainings if ensemble else trainings[None]
-    run = member_runs[0]
-    config = run.config
-    top = EnsembleRun(run_dir, [r.directory for r in member_runs]) if ensemble else run
+    config = member_runs[0].config
+    top = EnsembleRun(run_dir, member_runs) if ensemble else member_runs[0]
     tokenizer = top.vocabulary()  # an ensemble's: checked to be shared by its members
 
     print("== 2/5 choosing on val: the weights (final, or an average of checkpoints)"
@@ -265,7 +265,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
 
     summary["examples"] = {}
     if keras.backend.backend() == "tensorflow":
-        _export_and_show(summary, model, run, config, export_dir, name, beam, alpha)
+        _export_and_show(summary, model, top, config, export_dir, name, beam, alpha)
     else:
         print(f"== 4/5 SavedModel export: skipped (Keras runs on {keras.backend.backend()}; a "
               f"SavedModel is TensorFlow's): export the run later with KERAS_BACKEND=tensorflow "
