@@ -1,52 +1,37 @@
-"""Helpers shared by the benchmark scripts: quiet start-up, matmul peak, JSON output."""
+"""Helpers shared by every benchmark script: timing, the JSON line, argument parsing.
 
+Imports no TensorFlow, no Keras and no JAX, so that benchmarks/gpu.py (JAX, no TensorFlow) uses
+it as the TensorFlow scripts do; what needs TensorFlow is in tf_common.py, FLOP counts in
+flops.py.
+"""
+
+import argparse
 import json
-import math
-import os
-import re
+import statistics
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-
-import tensorflow as tf  # noqa: E402
-
-
-def measure_matmul_peak(sizes=(2048, 4096), repeats=5, dtype=tf.float32):
-    """Best GFLOP/s of large square matmuls (2 n^3 FLOPs each) on this machine, now."""
-    best = 0.0
-    for n in sizes:
-        a = tf.random.normal((n, n), dtype=dtype)
-        b = tf.random.normal((n, n), dtype=dtype)
-        matmul = tf.function(tf.linalg.matmul)
-        matmul(a, b).numpy()  # warm-up
-        for _ in range(repeats):
-            start = time.perf_counter()
-            matmul(a, b).numpy()
-            best = max(best, 2 * n**3 / (time.perf_counter() - start) / 1e9)
-    return best
+# The vocabulary of the Multi30k recipe (keras_transformer's default vocab_size, the main job's
+# 8000 pieces). A literal here: this module must stay importable without the package.
+MULTI30K_VOCAB_SIZE = 8000
+# The paper's shared English-German BPE vocabulary (Section 5.1).
+PAPER_VOCAB_SIZE = 37000
 
 
-def matmul_params(layer):
-    """Number of weights in the Dense kernels of `layer` (each used once per token)."""
-    return sum(int(math.prod(w.shape)) for w in layer.weights if w.path.endswith("kernel"))
+def sig(x, digits=4):
+    """`x` rounded to `digits` significant digits (TFLOP counts of tiny models stay readable)."""
+    return float(f"{x:.{digits}g}")
 
 
-def search_flops(model, batch, beam, src_len, out_len):
-    """Matmul FLOPs a search must do: the encoder and the cross-attention keys and values once
-    per source token, then for every one of batch x beam rows at each of out_len steps the
-    decoder's projections, its attention over the steps so far and the source, and the output
-    projection. Softmax, LayerNorm, top-k and cache reordering are not counted."""
-    arch = model.architecture
-    layers, d_model = arch["num_layers"], arch["d_model"]
-    heads, dk, dv = arch["num_heads"], arch["key_dim"], arch["value_dim"]
-    vocab = model.target_vocab_size or model.vocab_size
-    cross_kv = layers * d_model * heads * (dk + dv)  # weights applied to the encoder output
-    source_tokens, rows = batch * src_len, batch * beam
-    flops = 2 * (matmul_params(model.encoder) + cross_kv) * source_tokens
-    per_row = matmul_params(model.decoder) - cross_kv + vocab * d_model
-    attention = layers * heads * (dk + dv) * (out_len * (out_len + 1) // 2 + out_len * src_len)
-    return flops + 2 * rows * (per_row * out_len + attention)
+def timed(function, repeats):
+    """Median seconds of `repeats` calls of `function()`, after one untimed call (it compiles
+    or warms the caches). Returns (median seconds, what the last call returned)."""
+    result = function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
 
 
 def peak_rss_mb():
@@ -63,42 +48,39 @@ def emit(record):
     return line
 
 
-_OP_EVENT = re.compile(r"^[^\s:]+:(_?[A-Z][A-Za-z0-9_]*)$")  # "scope/name:OpType"
+class Report:
+    """Emits one JSON line per measurement of a script that makes several, and remembers
+    whether any failed (the script's exit status)."""
+
+    def __init__(self):
+        self.failed = False
+
+    emit = staticmethod(emit)
+
+    def attempt(self, record, measure):
+        """Emits `record` updated with `measure()`, or with the error it raised."""
+        try:
+            record = {**record, **measure()}
+        except Exception as error:  # one failed measurement (out of memory...) ends no run
+            self.failed = True
+            record = {**record, "error": f"{type(error).__name__}: {error}"[:800]}
+        self.emit(record)
 
 
-def op_time_table(logdir, top=25):
-    """Total time per TensorFlow op type from the newest profiler trace under `logdir`.
+def csv_choice(choices):
+    """An argparse `type`: a comma-separated list of values among `choices`."""
 
-    Reads the `.xplane.pb` written by `tf.profiler.experimental.start/stop` and sums the
-    durations of the host's op events (the executor's TF ops, XLA clusters, tf.function
-    calls) by op type. Ops overlap when the executor runs them in parallel, so the sum can
-    exceed the wall-clock time. Returns [(op type, milliseconds, events)] sorted by time.
-    """
-    import collections
-    import glob
+    def parse(text):
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        unknown = [v for v in values if v not in choices]
+        if unknown or not values:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: choose among {', '.join(choices)} (comma-separated)")
+        return values
 
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    return parse
 
-    paths = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True),
-                   key=os.path.getmtime)
-    if not paths:
-        raise FileNotFoundError(f"no .xplane.pb profile under {logdir}")
-    space = xplane_pb2.XSpace()
-    with open(paths[-1], "rb") as f:
-        space.ParseFromString(f.read())
-    totals = collections.defaultdict(lambda: [0.0, 0])
-    for plane in space.planes:
-        if not plane.name.startswith("/host:CPU"):
-            continue
-        for line in plane.lines:
-            for event in line.events:
-                name = plane.event_metadata[event.metadata_id].name
-                match = _OP_EVENT.match(name)
-                if not match:
-                    continue  # runtime bookkeeping (executor, eager, tf.data), not an op
-                kind = match.group(1)
-                totals[kind][0] += event.duration_ps / 1e9
-                totals[kind][1] += 1
-    table = sorted(((k, round(v[0], 1), v[1]) for k, v in totals.items()),
-                   key=lambda row: -row[1])
-    return table[:top]
+
+def csv_ints(text):
+    """An argparse `type`: comma-separated integers ("32,1")."""
+    return [int(v) for v in text.split(",")]

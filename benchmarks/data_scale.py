@@ -34,9 +34,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
 from common import emit  # noqa: E402
-
-import numpy as np  # noqa: E402
 
 NEWSTEST = pathlib.Path(__file__).resolve().parents[1].parent / "shared/data/newstest"
 

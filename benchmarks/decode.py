@@ -17,7 +17,7 @@ the way. With --engine ctranslate2 the model is exported through `keras-transfor
 threads, and `ratio_vs_ctranslate2` is our tokens/s over CTranslate2's (> 1: ours is faster).
 
 `search_gflop` counts the matrix multiplications any engine must do for these shapes
-(`common.search_flops`: encoder, cross-attention keys and values, then per row and step the
+(`flops.search_flops`: encoder, cross-attention keys and values, then per row and step the
 decoder and the output projection); `achieved_gflops` divides it by each engine's time, to be
 read against `matmul_peak_gflops`, TensorFlow's best large square matmul measured in the same
 run (`benchmarks/gemm.py` gives the rates of the search's own matmul shapes).
@@ -25,13 +25,14 @@ run (`benchmarks/gemm.py` gives the rates of the search's own matmul shapes).
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit, measure_matmul_peak, op_time_table, search_flops  # noqa: E402
+# tf_common first: it sets Keras' backend (TensorFlow) and quiets TensorFlow before they load.
+from tf_common import measure_matmul_peak, op_time_table  # noqa: E402
+from common import PAPER_VOCAB_SIZE, emit, timed  # noqa: E402
+from flops import search_flops  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -41,17 +42,6 @@ from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.decoding.beam_search import beam_search  # noqa: E402
 from keras_transformer.decoding.search import greedy_search, model_step  # noqa: E402
 from pipelines.special_ids import EOS_ID  # noqa: E402
-
-
-def timed(function, repeats):
-    """Median seconds of `repeats` calls (after one untimed warm-up call)."""
-    function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def ctranslate2_seconds(model, source, args):
@@ -79,7 +69,7 @@ def ctranslate2_seconds(model, source, args):
         outputs = run()
         lengths = {len(output.hypotheses[0]) for output in outputs}
         assert lengths == {args.out_len}, f"CTranslate2 output lengths {lengths}"
-        return timed(run, args.repeats)
+        return timed(run, args.repeats)[0]
 
 
 def main(argv=None):
@@ -89,7 +79,7 @@ def main(argv=None):
     parser.add_argument("--src-len", type=int, default=30)
     parser.add_argument("--out-len", type=int, default=30)
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument("--vocab-size", type=int, default=PAPER_VOCAB_SIZE)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs (median reported)")
     parser.add_argument("--xla", action="store_true", help="compile our search with XLA")
     parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
@@ -123,7 +113,7 @@ def main(argv=None):
 
     ids = search(source).numpy()  # trace and warm up
     assert ids.shape[1] == args.out_len and np.all(ids[:, -1] == EOS_ID), "length not forced"
-    seconds = timed(lambda: search(source).numpy(), args.repeats)
+    seconds, _ = timed(lambda: search(source).numpy(), args.repeats)
     tokens = args.batch * args.out_len
     flops = search_flops(model, args.batch, args.beam, args.src_len, args.out_len)
     peak = measure_matmul_peak()

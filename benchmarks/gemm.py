@@ -25,7 +25,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit, measure_matmul_peak  # noqa: E402
+# tf_common first: it sets Keras' backend (TensorFlow) and quiets TensorFlow before they load.
+from tf_common import measure_matmul_peak  # noqa: E402
+from common import PAPER_VOCAB_SIZE, emit  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -61,7 +63,7 @@ def main(argv=None):
     parser.add_argument("--preset", default="base")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument("--vocab-size", type=int, default=PAPER_VOCAB_SIZE)
     args = parser.parse_args(argv)
     arch = PRESETS[args.preset]["model"]
     d, d_ff, layers = arch["d_model"], arch["d_ff"], arch["num_layers"]

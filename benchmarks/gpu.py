@@ -7,7 +7,7 @@
 Made for a GPU machine with JAX (CUDA), and optionally PyTorch and KerasHub, and no TensorFlow:
 the script blocks `import tensorflow` (a CPU run here behaves as it will there) and runs Keras on
 JAX (KERAS_BACKEND defaults to "jax"). Without internet, bring the wheels of keras, namex,
-optree (cp312) and keras-hub in a folder .whl (benchmarks/GPU.md gives the download command),
+optree (cp312) and keras-hub in a folder .whl (README.md, "Benchmark on a GPU", gives the download command),
 then, from the repository root:
 
     python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl
@@ -52,12 +52,7 @@ fails prints its "error" and the script exits with status 1 at the end.
 
 import argparse
 import dataclasses
-import gc
-import inspect
-import json
-import math
 import os
-import statistics
 import sys
 import time
 
@@ -66,8 +61,10 @@ os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
+# This folder (common, flops, gpu_engines, gpu_search) and the repository root (keras_transformer
+# is not installed on the GPU machine).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [_HERE, os.path.dirname(_HERE)]
 
 # Make `import tensorflow` fail as on a machine without it (None in sys.modules: the import
 # raises ModuleNotFoundError, importlib.util.find_spec answers None), unless something has
@@ -77,14 +74,13 @@ for _name in ("tensorflow", "tensorflow_text"):
 
 import numpy as np  # noqa: E402
 
-ENGINES = {"ours": "keras-jax", "torch": "torch-compile", "keras-hub": "keras-hub-jax"}
+from common import (MULTI30K_VOCAB_SIZE, PAPER_VOCAB_SIZE, Report, csv_choice,  # noqa: E402
+                    csv_ints, sig)
+from flops import train_step_flops  # noqa: E402
+from gpu_engines import ENGINES, FP32_MATMUL, jax_matmul_precision, train  # noqa: E402
+from gpu_search import import_searches, search_records  # noqa: E402
+
 DTYPES = ("bf16", "fp32")
-# Betas and epsilon of the paper (Section 5.3); the schedule does not change the step's cost.
-ADAM = dict(learning_rate=1e-4, beta_1=0.9, beta_2=0.98, epsilon=1e-9)
-# --fp32-matmul: (JAX's jax_default_matmul_precision, torch.set_float32_matmul_precision).
-FP32_MATMUL = {"default": (None, None), "highest": ("highest", "highest"),
-               "tf32": ("tensorfloat32", "high")}
-FIRST_ID = 4  # ids 0-3 are PAD, BOS, EOS, UNK (pipelines/special_ids.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,69 +105,13 @@ class Shape:
 
 
 SHAPES = {
-    "base": Shape("base", "base", batch=384, length=64, vocab=37000),
-    "big": Shape("big", "big", batch=192, length=64, vocab=37000),
-    "multi30k": Shape("multi30k", "multi30k", batch=256, length=16, vocab=8000),
+    "base": Shape("base", "base", batch=384, length=64, vocab=PAPER_VOCAB_SIZE),
+    "big": Shape("big", "big", batch=192, length=64, vocab=PAPER_VOCAB_SIZE),
+    "multi30k": Shape("multi30k", "multi30k", batch=256, length=16, vocab=MULTI30K_VOCAB_SIZE),
     "tiny": Shape("tiny", "base", batch=8, length=12, vocab=500,
                   overrides=(("num_layers", 2), ("d_model", 64), ("num_heads", 4),
                              ("d_ff", 128))),
 }
-
-
-# -- output ----------------------------------------------------------------------------------
-
-
-def sig(x, digits=4):
-    """`x` rounded to `digits` significant digits (TFLOP counts of tiny models stay readable)."""
-    return float(f"{x:.{digits}g}")
-
-
-def peak_rss_mb():
-    """Peak resident memory of this process so far, in MiB (Linux reports KiB)."""
-    import resource
-
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
-class Report:
-    """Prints one JSON line per record and remembers whether any measurement failed."""
-
-    def __init__(self):
-        self.failed = False
-
-    def emit(self, record):
-        print(json.dumps({**record, "peak_rss_mb": peak_rss_mb()}, sort_keys=True), flush=True)
-
-    def attempt(self, record, measure):
-        """Emits `record` updated with `measure()`, or with the error it raised."""
-        try:
-            record = {**record, **measure()}
-        except Exception as error:  # one failed measurement (out of memory...) ends no run
-            self.failed = True
-            record = {**record, "error": f"{type(error).__name__}: {error}"[:800]}
-        self.emit(record)
-
-
-# -- FLOPs and the matmul peak ---------------------------------------------------------------
-
-
-def model_flop_per_step(arch, vocab, batch, src_len, tgt_len):
-    """Matmul FLOPs of one training step (forward and backward): see the module docstring."""
-    d_model, heads, layers = arch["d_model"], arch["num_heads"], arch["num_layers"]
-    dk, dv, d_ff = arch["key_dim"], arch["value_dim"], arch["d_ff"]
-    query_out = heads * (dk + dv) * d_model  # W_Q and W_O
-    key_value = heads * (dk + dv) * d_model  # W_K and W_V
-    ffn = 2 * d_model * d_ff
-    src_tokens, tgt_tokens = batch * src_len, batch * tgt_len
-    forward = 2 * layers * (query_out + key_value + ffn) * src_tokens  # encoder
-    # Decoder: self-attention, cross-attention queries and output, FFN on target tokens; the
-    # cross-attention keys and values on source tokens; then the output projection.
-    forward += 2 * layers * (2 * query_out + key_value + ffn) * tgt_tokens
-    forward += 2 * layers * key_value * src_tokens
-    forward += 2 * vocab * d_model * tgt_tokens
-    per_pair = 2 * heads * (dk + dv)  # Q K^T and weights x V, per (query, key) pair
-    forward += layers * per_pair * batch * (src_len**2 + tgt_len**2 + tgt_len * src_len)
-    return 3 * forward
 
 
 def matmul_tflops(n, dtype, rounds=3, chain=10):
@@ -193,306 +133,12 @@ def matmul_tflops(n, dtype, rounds=3, chain=10):
     return best
 
 
-def jax_matmul_precision():
-    import jax
-
-    return jax.config.jax_default_matmul_precision or "default"
-
-
 def device_name():
+    """JAX's first device: the GPU's kind, or the CPU and its core count."""
     import jax
 
     device = jax.devices()[0]
     return device.device_kind if device.platform != "cpu" else f"cpu ({os.cpu_count()} cores)"
-
-
-# -- Keras engines (ours, KerasHub) ----------------------------------------------------------
-
-
-def set_policy(dtype):
-    import keras
-
-    keras.mixed_precision.set_global_policy("mixed_bfloat16" if dtype == "bf16" else "float32")
-
-
-def random_batches(shape, count, seed=0):
-    """((source, target input), target output) ids for `count` batches, as numpy arrays."""
-    rng = np.random.default_rng(seed)
-    rows = (count * shape.batch, shape.length)
-    return tuple(rng.integers(FIRST_ID, shape.vocab, rows, dtype=np.int32) for _ in range(3))
-
-
-def keras_ms_per_step(model, shape, steps, warmup):
-    """Milliseconds per optimizer step of `model.fit` on fixed-shape random batches."""
-    import keras
-
-    class StepClock(keras.callbacks.Callback):
-        # Keras calls an async-safe callback from a thread once the step's logs are ready
-        # (reading the loss waits for the device), without holding the training loop back.
-        async_safe = True
-
-        def __init__(self):
-            super().__init__()
-            self.done = {}
-
-        def on_train_batch_end(self, batch, logs=None):
-            float(logs["loss"])  # already a Python float where Keras converted it
-            self.done[batch] = time.perf_counter()
-
-    source, target_in, target_out = random_batches(shape, warmup + steps)
-    clock = StepClock()
-    model.fit((source, target_in), target_out, batch_size=shape.batch, epochs=1, shuffle=False,
-              verbose=0, callbacks=[clock])
-    last = warmup + steps - 1
-    return (clock.done[last] - clock.done[warmup - 1]) / steps * 1e3
-
-
-def compile_keras(model):
-    import keras
-
-    model.compile(optimizer=keras.optimizers.Adam(**ADAM),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=True)
-    return model
-
-
-def our_model(shape):
-    from keras_transformer.models.transformer import Transformer
-
-    model = Transformer(vocab_size=shape.vocab, **shape.architecture())
-    model.build()
-    return model
-
-
-def keras_hub_model(shape):
-    """The same architecture from KerasHub's layers: one embedding shared by source and target
-    and tied to the output projection, sinusoidal positions, post-norm blocks."""
-    import keras
-    import keras_hub
-
-    arch = shape.architecture()
-    d_model, dropout = arch["d_model"], arch["dropout"]
-    embedding = keras_hub.layers.ReversibleEmbedding(shape.vocab, d_model, tie_weights=True,
-                                                     name="token_embedding")
-    positions = keras_hub.layers.SinePositionEncoding(name="positions")
-
-    def embed(ids, name):
-        x = embedding(ids) * math.sqrt(d_model)
-        return keras.layers.Dropout(dropout, name=f"{name}_dropout")(x + positions(x))
-
-    blocks = dict(intermediate_dim=arch["d_ff"], num_heads=arch["num_heads"], dropout=dropout,
-                  activation=arch["activation"], layer_norm_epsilon=arch["layer_norm_epsilon"],
-                  normalize_first=arch["norm_first"])
-    source = keras.Input((None,), dtype="int32", name="source_ids")
-    target = keras.Input((None,), dtype="int32", name="target_ids")
-    source_mask = keras.ops.not_equal(source, 0)
-    target_mask = keras.ops.not_equal(target, 0)
-    x = embed(source, "source")
-    for i in range(arch["num_layers"]):
-        x = keras_hub.layers.TransformerEncoder(**blocks, name=f"encoder_layer_{i}")(
-            x, padding_mask=source_mask)
-    y = embed(target, "target")
-    for i in range(arch["num_layers"]):
-        y = keras_hub.layers.TransformerDecoder(**blocks, name=f"decoder_layer_{i}")(
-            y, x, decoder_padding_mask=target_mask, encoder_padding_mask=source_mask)
-    logits = keras.ops.cast(embedding(y, reverse=True), "float32")
-    return keras.Model((source, target), logits, name="keras_hub_transformer")
-
-
-def keras_train(build, shape, dtype, args):
-    import keras
-
-    set_policy(dtype)
-    try:
-        keras.utils.set_random_seed(0)
-        model = compile_keras(build(shape))
-        ms = keras_ms_per_step(model, shape, args.steps, args.warmup)
-        params = model.count_params()
-    finally:
-        set_policy("fp32")
-        model = None
-        keras.backend.clear_session()
-        gc.collect()
-    return {"ms_per_step": ms, "params": params,
-            "fp32_matmul_precision": jax_matmul_precision()}
-
-
-# -- PyTorch ---------------------------------------------------------------------------------
-
-
-def torch_train(shape, dtype, args):
-    """nn.Transformer of the same sizes, its forward pass and loss under torch.compile."""
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    arch = shape.architecture()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    d_model, vocab = arch["d_model"], shape.vocab
-
-    class TorchTransformer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.embedding = nn.Embedding(vocab, d_model)
-            position = torch.arange(shape.length)[:, None]
-            rates = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
-            table = torch.zeros(shape.length, d_model)
-            table[:, 0::2] = torch.sin(position * rates)
-            table[:, 1::2] = torch.cos(position * rates)
-            self.register_buffer("positions", table, persistent=False)
-            self.dropout = nn.Dropout(arch["dropout"])
-            self.transformer = nn.Transformer(
-                d_model, arch["num_heads"], arch["num_layers"], arch["num_layers"], arch["d_ff"],
-                arch["dropout"], activation=arch["activation"],
-                layer_norm_eps=arch["layer_norm_epsilon"], batch_first=True,
-                norm_first=arch["norm_first"])
-
-        def embed(self, ids):
-            x = self.embedding(ids) * math.sqrt(d_model) + self.positions[: ids.shape[1]]
-            return self.dropout(x)
-
-        def forward(self, source, target):
-            length = target.shape[1]
-            causal = torch.triu(torch.ones(length, length, dtype=torch.bool,
-                                           device=target.device), diagonal=1)  # True: masked
-            hidden = self.transformer(
-                self.embed(source), self.embed(target), tgt_mask=causal,
-                src_key_padding_mask=source == 0, tgt_key_padding_mask=target == 0,
-                memory_key_padding_mask=source == 0, tgt_is_causal=True)
-            return F.linear(hidden, self.embedding.weight)  # tied output projection
-
-    torch_precision = FP32_MATMUL[args.fp32_matmul][1]
-    if torch_precision:
-        torch.set_float32_matmul_precision(torch_precision)
-    torch._dynamo.reset()  # compile afresh: no guards or dynamic shapes left from a last run
-    torch.manual_seed(0)
-    model = TorchTransformer().to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=ADAM["learning_rate"],
-                                 betas=(ADAM["beta_1"], ADAM["beta_2"]), eps=ADAM["epsilon"],
-                                 fused=device == "cuda")
-
-    @torch.compile(dynamic=False)
-    def loss_fn(source, target_in, target_out):
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=dtype == "bf16"):
-            logits = model(source, target_in)
-        return F.cross_entropy(logits.float().reshape(-1, vocab), target_out.reshape(-1).long())
-
-    source, target_in, target_out = (torch.from_numpy(a).to(device)
-                                     for a in random_batches(shape, 1))
-
-    def step():
-        loss = loss_fn(source, target_in, target_out)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    try:
-        for _ in range(args.warmup):
-            step()
-        sync()
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            step()
-        sync()
-        ms = (time.perf_counter() - start) / args.steps * 1e3
-        params = sum(p.numel() for p in model.parameters())
-    finally:
-        del model, optimizer, loss_fn
-        gc.collect()
-        if device == "cuda":
-            torch.cuda.empty_cache()  # hand the memory back before JAX's engines run
-    return {"ms_per_step": ms, "params": params,
-            "fp32_matmul_precision": torch.get_float32_matmul_precision(),
-            "torch_device": torch.cuda.get_device_name() if device == "cuda" else "cpu"}
-
-
-# -- search ----------------------------------------------------------------------------------
-
-
-def import_searches():
-    """(greedy, beam) factories, or the reason they cannot run under this backend."""
-    try:
-        from keras_transformer.decoding.beam_search import compiled_beam_search
-        from keras_transformer.decoding.search import compiled_greedy_search
-    except Exception as error:
-        return None, f"search: {type(error).__name__}: {error}"
-    return (compiled_greedy_search, compiled_beam_search), None
-
-
-def make_search(factory, model, **options):
-    accepted = inspect.signature(factory).parameters
-    return factory(model, **{k: v for k, v in options.items() if k in accepted})
-
-
-def search_speed(search, shape, batch, repeats):
-    """Milliseconds per call and tokens returned (best hypothesis) on random source ids."""
-    rng = np.random.default_rng(1)
-    source = rng.integers(FIRST_ID, shape.vocab, (batch, shape.length), dtype=np.int32)
-
-    def run():
-        result = search(source)
-        ids = result["ids"] if isinstance(result, dict) else result[0]
-        ids = np.asarray(ids)  # waits for the device
-        return ids[:, 0] if ids.ndim == 3 else ids  # beam: (B, K, T), best first
-
-    run()  # compiles
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        ids = run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3, int(np.count_nonzero(ids))
-
-
-def search_records(shape, dtype, factories, args, report):
-    import keras
-
-    set_policy(dtype)
-    try:
-        keras.utils.set_random_seed(0)
-        model = our_model(shape)
-        for batch in args.search_batches:
-            for name, factory, beam in (("greedy", factories[0], 1), ("beam", factories[1], 4)):
-                record = {"benchmark": "gpu_search", "engine": ENGINES["ours"],
-                          "shape": shape.name, "dtype": dtype, "search": name, "beam": beam,
-                          "batch": batch, "src_len": shape.length, "device": args.device}
-
-                def measure(factory=factory, beam=beam, batch=batch):
-                    options = dict(extra_length=0, jit_compile=True)
-                    if beam > 1:
-                        options["beam_size"] = beam
-                    search = make_search(factory, model, **options)
-                    ms, tokens = search_speed(search, shape, batch, args.search_repeats)
-                    return {"ms_per_call": sig(ms),
-                            "sentences_per_s": round(batch / ms * 1e3, 1),
-                            "target_tokens": tokens,
-                            "target_tokens_per_s": round(tokens / ms * 1e3, 1)}
-
-                report.attempt(record, measure)
-    finally:
-        set_policy("fp32")
-        model = None
-        keras.backend.clear_session()
-        gc.collect()
-
-
-# -- main ------------------------------------------------------------------------------------
-
-
-def csv_choice(choices):
-    def parse(text):
-        values = [v.strip() for v in text.split(",") if v.strip()]
-        unknown = [v for v in values if v not in choices]
-        if unknown or not values:
-            raise argparse.ArgumentTypeError(
-                f"{text!r}: choose among {', '.join(choices)} (comma-separated)")
-        return values
-
-    return parse
 
 
 def parse_args(argv):
@@ -514,7 +160,7 @@ def parse_args(argv):
                              "500) and a small matmul peak: a CPU smoke test")
     parser.add_argument("--search", action=argparse.BooleanOptionalAction, default=True,
                         help="also time our greedy and beam search")
-    parser.add_argument("--search-batches", type=lambda s: [int(v) for v in s.split(",")],
+    parser.add_argument("--search-batches", type=csv_ints,
                         default=[32, 1], help="sentences per search call (default 32,1)")
     parser.add_argument("--search-repeats", type=int, default=3,
                         help="timed calls per search (median; after one that compiles)")
@@ -564,9 +210,6 @@ def main(argv=None):
                  "bf16_tflops": sig(peak["bf16"]), "fp32_tflops": sig(peak["fp32"]),
                  "fp32_matmul_precision": jax_matmul_precision()})
 
-    runners = {"torch": torch_train,
-               "ours": lambda s, d, a: keras_train(our_model, s, d, a),
-               "keras-hub": lambda s, d, a: keras_train(keras_hub_model, s, d, a)}
     # PyTorch first: it hands its cached memory back when done, while JAX keeps what it takes.
     for engine in [e for e in ("torch", "ours", "keras-hub") if e in args.engines]:
         if engine in missing:
@@ -576,8 +219,8 @@ def main(argv=None):
         for name in args.shapes:
             shape = SHAPES[name]
             arch = shape.architecture()
-            flop = model_flop_per_step(arch, shape.vocab, shape.batch, shape.length,
-                                       shape.length)
+            flop = train_step_flops(arch, shape.vocab, shape.batch, shape.length,
+                                    shape.length)
             for dtype in args.dtypes:
                 record = {"benchmark": "gpu_train_step", "engine": ENGINES[engine],
                           "shape": name, "dtype": dtype, "batch": shape.batch,
@@ -587,7 +230,7 @@ def main(argv=None):
                           "peak_bf16_tflops": sig(peak["bf16"])}
 
                 def measure(engine=engine, shape=shape, dtype=dtype, flop=flop):
-                    result = runners[engine](shape, dtype, args)
+                    result = train(engine, shape, dtype, args)
                     step_s = result["ms_per_step"] / 1e3
                     achieved = flop / step_s / 1e12
                     return {**result, "ms_per_step": sig(result["ms_per_step"]),

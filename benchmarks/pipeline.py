@@ -2,8 +2,9 @@
 
     python benchmarks/pipeline.py [--tokens-per-batch 4096] [--pad-to-bucket]
 
-Takes the 8000-piece vocabulary of the prepared Multi30k data (preparing it once), then times one full pass of the pipeline
-(read -> tokenize -> filter -> bucket -> shift) and prints one JSON line.
+Takes the 8000-piece vocabulary of the prepared Multi30k data (preparing it once), then times
+one full pass of the pipeline (read -> tokenize -> filter -> bucket -> shift) and prints one JSON
+line.
 padding_efficiency = real tokens / all tokens (both sides, padding included);
 mean/max_tokens_per_batch count the padded tokens of a batch's fuller side, the quantity the
 budget bounds; mean_real_tokens_per_batch is the real tokens of one side, averaged over sides.
@@ -15,10 +16,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit  # noqa: E402
+import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
+from common import MULTI30K_VOCAB_SIZE, emit  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from keras_transformer.defaults import MAX_LENGTH  # noqa: E402
 from pipelines import datasets, sources  # noqa: E402
 from pipelines.batching import make_dataset  # noqa: E402
 from pipelines.tokenizer import SubwordTokenizer  # noqa: E402
@@ -27,9 +30,9 @@ from pipelines.tokenizer import SubwordTokenizer  # noqa: E402
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens-per-batch", type=int, default=4096)
-    parser.add_argument("--max-length", type=int, default=256)
+    parser.add_argument("--max-length", type=int, default=MAX_LENGTH)
     parser.add_argument("--pad-to-bucket", action="store_true")
-    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--vocab-size", type=int, default=MULTI30K_VOCAB_SIZE)
     parser.add_argument("--data-dir", default=None, help="Multi30k raw files (default: shared)")
     args = parser.parse_args(argv)
 

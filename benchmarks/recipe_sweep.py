@@ -23,7 +23,7 @@ average of the last 5 checkpoints.
 Like the other benchmarks it takes TensorFlow's kernels as the environment says: the command's
 CPU defaults (keras_transformer/hardware.py) are not applied, so on the AVX2 class run it with
 TF_ENABLE_ONEDNN_OPTS=1 to time it as `keras-transformer train` trains (the BLEU does not
-depend on it; the minutes do, about 1.5x there).
+depend on it; the minutes do).
 """
 
 import argparse
@@ -34,7 +34,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit, matmul_params  # noqa: E402
+import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
+from common import emit  # noqa: E402
+from flops import matmul_params  # noqa: E402
 
 from keras_transformer.hardware import describe_cpu  # noqa: E402
 from keras_transformer.tasks.main_job import RECIPE, VAL_SENTENCES  # noqa: E402
@@ -47,7 +49,7 @@ BASE = dict(preset=RECIPE["preset"], vocab_size=RECIPE["vocab_size"],
             tokens_per_batch=RECIPE["tokens_per_batch"], warmup_fraction=2 / 3)
 SETTINGS = {
     "base": {},
-    # Depth: 2 layers learned faster per step than 3 at 600 steps in an earlier check.
+    # Depth.
     "layers2": dict(num_layers=2),
     # The learning rate: warmup length (the peak comes at the end of it, and is lower the
     # longer it is) and a scale on the whole schedule (--lr-scale).
@@ -68,7 +70,7 @@ SETTINGS = {
     "layers2-ls0.2": dict(num_layers=2, label_smoothing=0.2),
     "layers2-d384-ff1536": dict(num_layers=2, d_model=384, d_ff=1536, num_heads=6),
     "layers2-ff512": dict(num_layers=2, d_ff=512),
-    # Second round at 1200 steps: less dropout, and P_drop 0.1 (the first round's best) combined.
+    # Less dropout, and P_drop 0.1 combined with the vocabulary and the learning rate.
     "layers2-dropout0.0": dict(num_layers=2, dropout=0.0),
     "layers2-dropout0.1-vocab10000": dict(num_layers=2, dropout=0.1, vocab_size=10000),
     "layers2-dropout0.1-lr0.7": dict(num_layers=2, dropout=0.1, lr_scale=0.7),

@@ -5,10 +5,11 @@
     python benchmarks/train_step.py --preset base --profile /tmp/profile             # top ops
 
 Measures the machine's fp32 matmul peak in the same run, compiles the preset as `keras-transformer
-train` does (`training.trainer.compile_model`), trains it with `model.fit` on random ids (source and target both (batch, length)) after a warm-up, and prints one JSON line.
+train` does (`training.trainer.compile_model`), trains it with `model.fit` on random ids (source
+and target both (batch, length)) after a warm-up, and prints one JSON line.
 
-Model FLOPs per step count the matrix multiplications the model must do, forward and backward
-(x3 the forward): 2 x (encoder matmul parameters) x source tokens + 2 x (decoder matmul
+Model FLOPs per step (`flops.train_step_flops`, benchmarks/gpu.py's count too) are the matrix
+multiplications the model must do, forward and backward (x3 the forward): 2 x (encoder matmul parameters) x source tokens + 2 x (decoder matmul
 parameters + output projection) x target tokens, plus the attention score and weighted-sum
 matmuls (full T x S matrices). Embedding look-ups, softmax, LayerNorm and the optimizer are
 not counted, so MFU is the share of the measured matmul peak doing useful matrix work.
@@ -21,7 +22,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit, matmul_params, measure_matmul_peak, op_time_table  # noqa: E402
+# tf_common first: it sets Keras' backend (TensorFlow) and quiets TensorFlow before they load.
+from tf_common import measure_matmul_peak, op_time_table  # noqa: E402
+from common import PAPER_VOCAB_SIZE, emit  # noqa: E402
+from flops import train_step_flops  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -32,19 +36,6 @@ from keras_transformer.training.loss import LabelSmoothedCrossEntropy  # noqa: E
 from keras_transformer.training.optimizer import paper_optimizer  # noqa: E402
 from keras_transformer.training.trainer import compile_model  # noqa: E402
 from keras_transformer.runs import make_config  # noqa: E402
-
-
-def model_flops_per_step(model, batch, src_len, tgt_len):
-    arch = model.architecture
-    heads, dk, dv, layers = arch["num_heads"], arch["key_dim"], arch["value_dim"], arch["num_layers"]
-    vocab = model.target_vocab_size or model.vocab_size
-    src_tokens, tgt_tokens = batch * src_len, batch * tgt_len
-    forward = 2 * matmul_params(model.encoder) * src_tokens
-    forward += 2 * (matmul_params(model.decoder) + vocab * arch["d_model"]) * tgt_tokens
-    per_pair = 2 * heads * (dk + dv)  # Q K^T and weights x V, per (query, key) pair
-    forward += layers * per_pair * batch * (src_len * src_len + tgt_len * tgt_len
-                                            + tgt_len * src_len)
-    return 3 * forward
 
 
 class StepTimer(keras.callbacks.Callback):
@@ -63,7 +54,7 @@ def main(argv=None):
     parser.add_argument("--preset", default="base")
     parser.add_argument("--batch", type=int, default=128, help="sentences per batch")
     parser.add_argument("--length", type=int, default=32, help="source and target length")
-    parser.add_argument("--vocab-size", type=int, default=37000)
+    parser.add_argument("--vocab-size", type=int, default=PAPER_VOCAB_SIZE)
     parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
     parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
@@ -125,7 +116,8 @@ def main(argv=None):
                    for op, ms, _ in op_time_table(args.profile)]
 
     step_s = statistics.median(timer.times)
-    flops = model_flops_per_step(model, args.batch, args.length, args.length)
+    flops = train_step_flops(model.architecture, model.target_vocab_size or model.vocab_size,
+                             args.batch, args.length, args.length)
     emit({
         "benchmark": "train_step",
         "preset": args.preset,

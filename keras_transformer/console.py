@@ -1,28 +1,20 @@
-"""Quiet console for the `keras-transformer` command.
+"""The console of the `keras-transformer` command, set up in one place (`setup`), by the command
+line's entry point once it has parsed its arguments and before anything imports TensorFlow.
 
 TensorFlow writes start-up notices (oneDNN, CUDA stubs, cuInit) and sentencepiece writes
 LOG(INFO) lines straight to file descriptor 2 from C++, before and outside Python's logging. The
 command sends that descriptor to /dev/null unless --verbose is given, while Python's sys.stderr
-(our messages, warnings, progress bars) keeps writing to the real stderr. It must happen before
-TensorFlow is imported, so the package's __init__ calls it when the process is the command.
+(our messages, warnings, progress bars) keeps writing to the real stderr. Importing the package
+changes none of this: only the command does.
 """
 
 import logging
 import os
 import sys
 
-
-def wants_logs(argv):
-    """Whether the command line asks for third-party logs: --verbose (train, prepare:
-    --verbose 2 or more)."""
-    for i, arg in enumerate(argv):
-        if arg == "--verbose":
-            value = argv[i + 1] if i + 1 < len(argv) else ""
-            return not value.isdigit() or int(value) >= 2
-        if arg.startswith("--verbose="):
-            value = arg.split("=", 1)[1]
-            return value.isdigit() and int(value) >= 2
-    return False
+# Environment defaults of the command (the user's own values win): TensorFlow's C++ logs from
+# warnings up hidden, Keras on TensorFlow.
+ENVIRONMENT_DEFAULTS = {"TF_CPP_MIN_LOG_LEVEL": "2", "KERAS_BACKEND": "tensorflow"}
 
 
 def hide_native_logs():
@@ -37,11 +29,22 @@ def hide_native_logs():
     logging.getLogger("absl").setLevel(logging.WARNING)
 
 
-def is_the_command(argv0):
-    return os.path.basename(argv0 or "") == "keras-transformer"
+def setup(show_native_logs, own_console=True):
+    """Sets up the command's console and environment; call before TensorFlow is imported.
 
-
-def quiet_unless_verbose(argv):
-    """Called by the package when the process is the `keras-transformer` command."""
-    if argv and is_the_command(argv[0]) and not wants_logs(argv[1:]):
+    Args:
+        show_native_logs: the command line asked for third-party logs (--verbose).
+        own_console: the process is the `keras-transformer` command: unless
+            show_native_logs, native logs are hidden (`hide_native_logs`), and TensorFlow's
+            CPU kernel defaults for this CPU class apply (`hardware.apply_cpu_defaults`).
+            False (the command run inside another program): the environment defaults only.
+    """
+    for name, value in ENVIRONMENT_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    if not own_console:
+        return
+    if not show_native_logs:
         hide_native_logs()
+    from keras_transformer import hardware
+
+    hardware.apply_cpu_defaults()

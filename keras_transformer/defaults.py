@@ -7,8 +7,17 @@ the numbers again. Each value is the paper's unless its comment says otherwise.
 import dataclasses
 
 # Longest sentence, in subword tokens with EOS: training drops longer pairs, decoding truncates
-# longer inputs (ours; the paper does not say).
-MAX_LENGTH = 256
+# longer inputs (ours; the paper does not say). The vocabulary size and the pairs per prepared
+# shard are the input pipelines' defaults too (pipelines/defaults.py holds them).
+from pipelines.defaults import MAX_LENGTH, SHARD_PAIRS, VOCAB_SIZE  # noqa: E402,F401
+
+# The train command's token budget per batch, per side and per replica: sized for a CPU (the
+# paper's ~25000 is the tf.data pipeline's default, pipelines.defaults.TOKENS_PER_BATCH).
+TRAIN_TOKENS_PER_BATCH = 4096
+
+# Where exports go, relative to the working directory: EXPORT_DIR/<run name>/<version>/ for a
+# SavedModel (TensorFlow Serving's layout), .../tflite/ and .../ctranslate2[-QUANTIZE]/ beside it.
+EXPORT_DIR = "saved_models"
 
 
 @dataclasses.dataclass(frozen=True)

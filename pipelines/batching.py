@@ -1,5 +1,5 @@
-"""tf.data steps from text pairs to training batches. Each is a factory returning
-`Callable[[tf.data.Dataset], tf.data.Dataset]`, applied with `ds.apply(...)`:
+"""tf.data steps from text pairs to training batches, for a tf.data source of your own. Each is
+a factory returning `Callable[[tf.data.Dataset], tf.data.Dataset]`, applied with `ds.apply(...)`:
 
     pairs.apply(tokenize_pairs(tokenizer))          # (src ids + EOS, BOS + tgt ids + EOS)
          .apply(filter_by_length(max_length))       # drop over-long pairs (never truncate)
@@ -8,15 +8,28 @@
          .apply(shift_targets())                    # ((src, tgt_in), tgt_out)
          .prefetch(tf.data.AUTOTUNE)
 
-`make_dataset` strings them together.
+`make_dataset` strings them together. For example, training a model on two line-aligned files
+with a run's vocabulary:
 
-Bucketing (`bucket_by_length`): lengths are grouped by geometric boundaries (8, 9, ..., each
-about `growth` times the last, up to max_length). Sentences are drawn into pools of `pool_size`,
-sorted inside a pool by their (source bucket, target bucket) cell, and cut greedily into batches
-that keep `batch_size x padded_length <= tokens_per_batch` on *each* side; the batches are then
-shuffled. On Multi30k this wastes under 10% on padding with batches about 98% full (see
-`benchmarks/pipeline.py`), where per-bucket `group_by_window` batching leaves many part-filled
-buckets at the end of each pass.
+    import tensorflow as tf
+    from pipelines import batching
+    from pipelines.tokenizer import SubwordTokenizer
+
+    tokenizer = SubwordTokenizer.load("runs/my-run/vocab/spm.model")
+    pairs = tf.data.Dataset.zip((tf.data.TextLineDataset("train.en"),
+                                 tf.data.TextLineDataset("train.de")))
+    dataset = batching.make_dataset(pairs, tokenizer, tokens_per_batch=4096, max_length=128,
+                                    seed=1, repeat=True)
+    model.fit(dataset, steps_per_epoch=1000)
+
+`keras-transformer train` reads prepared shards instead (`pipelines.prepared`): the tokenizing is
+done once, and a resumed run starts at its exact batch.
+
+Bucketing (`bucket_by_length`): sentences are drawn into pools of `pool_size`, and each pool is
+cut into token-budget batches and padded by `pipelines.buckets`, the rule the prepared data's
+batch plan uses: the same lengths give the same batches of the same shapes on both paths. The
+batches are then shuffled. Cutting a sorted pool keeps batches full, where per-bucket
+`group_by_window` batching leaves many part-filled buckets at the end of each pass.
 """
 
 import logging
@@ -24,8 +37,11 @@ import logging
 import numpy as np
 import tensorflow as tf
 
+from pipelines import buckets
 from pipelines.buckets import geometric_boundaries  # noqa: F401  (re-exported)
-from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
+from pipelines.defaults import (BATCH_SHUFFLE_BUFFER, GROWTH, MAX_LENGTH, MIN_BOUNDARY,
+                                TOKENS_PER_BATCH)
+from pipelines.special_ids import BOS_ID, EOS_ID
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +96,9 @@ def count_lengths(tokenized, max_length, chunk=4096):
     return totals
 
 
-def bucket_by_length(tokens_per_batch, max_length=256, growth=1.1, min_boundary=8,
-                     pad_to_bucket=False, pool_size=None, shuffle_buffer=256, seed=None):
+def bucket_by_length(tokens_per_batch, max_length=MAX_LENGTH, growth=GROWTH,
+                     min_boundary=MIN_BOUNDARY, pad_to_bucket=False, pool_size=None,
+                     shuffle_buffer=BATCH_SHUFFLE_BUFFER, seed=None):
     """Batches (src, tgt) id vectors so that each side holds at most `tokens_per_batch` tokens.
 
     Args:
@@ -97,64 +114,48 @@ def bucket_by_length(tokens_per_batch, max_length=256, growth=1.1, min_boundary=
         seed: shuffle seed.
 
     Returns:
-        a Dataset -> Dataset step yielding (src (B, S), tgt (B, T)) int32, padded with 0.
+        a Dataset -> Dataset step yielding (src (B, S), tgt (B, T)), padded with 0. The cut and
+        the padding are `buckets.cut` and `buckets.pad` (numpy, through `tf.numpy_function`).
     """
-    if tokens_per_batch < max_length:
-        raise ValueError(
-            f"tokens_per_batch={tokens_per_batch} cannot hold one pair of max_length="
-            f"{max_length}; raise the budget or lower max_length."
-        )
-    bounds = tf.constant(geometric_boundaries(max_length, min_boundary, growth), tf.int64)
+    buckets.check_budget(tokens_per_batch, max_length)
+    bounds = np.asarray(geometric_boundaries(max_length, min_boundary, growth), np.int64)
     pool_size = pool_size or 8 * tokens_per_batch
-    budget = tf.constant(tokens_per_batch, tf.int64)
-    num_buckets = int(bounds.shape[0])
+
+    def batch_ids(src_len, tgt_len):
+        """(pool order, batch number of each pair in that order)."""
+        order, starts = buckets.cut(src_len, tgt_len, bounds, tokens_per_batch, pad_to_bucket)
+        first = np.zeros(len(order), np.int64)
+        first[starts[1:]] = 1
+        return order.astype(np.int64), np.cumsum(first)
 
     def cut(src, tgt):
-        src_len, tgt_len = src.row_lengths(), tgt.row_lengths()
-        src_bucket = tf.searchsorted(bounds, src_len, side="left", out_type=tf.int64)
-        tgt_bucket = tf.searchsorted(bounds, tgt_len, side="left", out_type=tf.int64)
-        # Sort by cell: larger bucket, then target bucket, source bucket, exact lengths.
-        key = tf.maximum(src_bucket, tgt_bucket)
-        for part, size in ((tgt_bucket, num_buckets), (src_bucket, num_buckets),
-                           (tgt_len, max_length + 1), (src_len, max_length + 1)):
-            key = key * size + part
-        order = tf.argsort(key, stable=True)
+        order, ids = tf.numpy_function(batch_ids, [src.row_lengths(), tgt.row_lengths()],
+                                       (tf.int64, tf.int64), stateful=False)
+        order.set_shape([None])
+        ids.set_shape([None])
         src, tgt = tf.gather(src, order), tf.gather(tgt, order)
-        if pad_to_bucket:
-            cap_src = tf.gather(bounds, tf.gather(src_bucket, order))
-            cap_tgt = tf.gather(bounds, tf.gather(tgt_bucket, order))
-        else:
-            cap_src, cap_tgt = tf.gather(src_len, order), tf.gather(tgt_len, order)
-
-        # Greedy cut: start a new batch when one more pair would exceed the budget.
-        def step(state, lengths):
-            batch_id, count, max_src, max_tgt = state
-            new_src, new_tgt = tf.maximum(max_src, lengths[0]), tf.maximum(max_tgt, lengths[1])
-            full = tf.logical_and(count > 0, (count + 1) * tf.maximum(new_src, new_tgt) > budget)
-            zero = tf.zeros((), tf.int64)
-            return (
-                tf.where(full, batch_id + 1, batch_id),
-                tf.where(full, zero + 1, count + 1),
-                tf.where(full, lengths[0], new_src),
-                tf.where(full, lengths[1], new_tgt),
-            )
-
-        zero = tf.zeros((), tf.int64)
-        batch_ids = tf.scan(step, tf.stack([cap_src, cap_tgt], axis=1),
-                            initializer=(zero, zero, zero, zero))[0]
         return tf.data.Dataset.from_tensor_slices((
-            tf.RaggedTensor.from_value_rowids(src, batch_ids),
-            tf.RaggedTensor.from_value_rowids(tgt, batch_ids),
+            tf.RaggedTensor.from_value_rowids(src, ids),
+            tf.RaggedTensor.from_value_rowids(tgt, ids),
         ))
 
+    def padded(src_ids, src_splits, tgt_ids, tgt_splits):
+        src_len, tgt_len = np.diff(src_splits), np.diff(tgt_splits)
+        rows = np.arange(len(src_len))
+        num_rows, width_src, width_tgt = buckets.batch_shape(
+            src_len.max(), tgt_len.max(), len(rows), bounds, tokens_per_batch, pad_to_bucket)
+        return (buckets.pad(src_ids, src_splits[:-1], src_len, rows, num_rows,
+                            width_src).astype(src_ids.dtype),
+                buckets.pad(tgt_ids, tgt_splits[:-1], tgt_len, rows, num_rows,
+                            width_tgt).astype(tgt_ids.dtype))
+
     def pad(src, tgt):
-        if not pad_to_bucket:
-            return src.to_tensor(PAD_ID), tgt.to_tensor(PAD_ID)
-        src_bound = tf.gather(bounds, tf.searchsorted(bounds, [tf.reduce_max(src.row_lengths())]))[0]
-        tgt_bound = tf.gather(bounds, tf.searchsorted(bounds, [tf.reduce_max(tgt.row_lengths())]))[0]
-        rows = budget // tf.maximum(src_bound, tgt_bound)
-        return (src.to_tensor(PAD_ID, shape=tf.stack([rows, src_bound])),
-                tgt.to_tensor(PAD_ID, shape=tf.stack([rows, tgt_bound])))
+        src_out, tgt_out = tf.numpy_function(
+            padded, [src.flat_values, src.row_splits, tgt.flat_values, tgt.row_splits],
+            (src.dtype, tgt.dtype), stateful=False)
+        src_out.set_shape([None, None])
+        tgt_out.set_shape([None, None])
+        return src_out, tgt_out
 
     def apply(dataset):
         dataset = dataset.ragged_batch(pool_size).flat_map(cut)
@@ -175,8 +176,9 @@ def shift_targets():
     return apply
 
 
-def make_dataset(pairs, tokenizer, tokens_per_batch=25000, max_length=256, shuffle=True,
-                 repeat=False, seed=None, pad_to_bucket=False, growth=1.1, pool_size=None):
+def make_dataset(pairs, tokenizer, tokens_per_batch=TOKENS_PER_BATCH, max_length=MAX_LENGTH,
+                 shuffle=True, repeat=False, seed=None, pad_to_bucket=False, growth=GROWTH,
+                 pool_size=None):
     """Text pairs -> batches of ((source ids, decoder input ids), label ids).
 
     Args:
@@ -195,7 +197,7 @@ def make_dataset(pairs, tokenizer, tokens_per_batch=25000, max_length=256, shuff
         dataset = dataset.shuffle(pool_size, seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.apply(bucket_by_length(
         tokens_per_batch, max_length, growth=growth, pad_to_bucket=pad_to_bucket,
-        pool_size=pool_size, shuffle_buffer=256 if shuffle else 0, seed=seed,
+        pool_size=pool_size, shuffle_buffer=BATCH_SHUFFLE_BUFFER if shuffle else 0, seed=seed,
     ))
     if repeat:  # after bucketing: a sorting pool never holds a pair twice
         dataset = dataset.repeat()

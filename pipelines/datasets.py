@@ -19,6 +19,7 @@ import hashlib
 import pathlib
 
 from pipelines import treebank
+from pipelines.defaults import MAX_LENGTH, SHARD_PAIRS, VOCAB_SIZE
 from pipelines.errors import DataError
 
 DATASETS = ("multi30k", "wmt14", "text", "ptb")
@@ -68,6 +69,13 @@ def load_pairs(dataset, split, src_lang="en", tgt_lang="de", *, data_dir=None, s
     if src is None:
         return None
     return sources.parallel_text(src, tgt)[0]
+
+
+def has_split(dataset, split, *_, text_files=None, **__):
+    """Whether `split` of `dataset` can be read here: always, except for a "text" dataset
+    without files for it (`where` as for `load_pairs`)."""
+    _check(dataset, split)
+    return dataset != "text" or bool((text_files or {}).get(split, (None, None))[0])
 
 
 def vocabulary_symbols(dataset, source_dir=None):
@@ -193,8 +201,9 @@ def source_identity(dataset, src_lang, tgt_lang, *, data_dir=None, source_dir=No
 
 
 def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=None,
-                          vocab_size=8000, vocabulary=None, seed=0, vocabulary_sample=None,
-                          max_length=256, shard_pairs=None, progress=True, verify=False,
+                          vocab_size=VOCAB_SIZE, vocabulary=None, seed=0, vocabulary_sample=None,
+                          max_length=MAX_LENGTH, shard_pairs=SHARD_PAIRS, progress=True,
+                          verify=False,
                           **where):
     """The prepared training data of a dataset (`pipelines.prepared`), from the cache when it
     was prepared before with the same source, vocabulary and settings, else prepared now.
@@ -209,7 +218,7 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         vocabulary_sample: at most this many sentences (both sides) train the vocabulary
             (default `tokenizer_settings`' 2,000,000), drawn uniformly while streaming.
         max_length: longer pairs (with their specials) are dropped.
-        shard_pairs: source pairs per shard (default `prepared.SHARD_PAIRS`).
+        shard_pairs: source pairs per shard (None: `defaults.SHARD_PAIRS`).
         verify: check the shards' checksums (missing or truncated shards are always found);
             damaged shards are prepared again.
 
@@ -219,7 +228,7 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
     from pipelines import prepared
     from pipelines.vocabulary import tokenizer_settings
 
-    shard_pairs = shard_pairs or prepared.SHARD_PAIRS
+    shard_pairs = shard_pairs or SHARD_PAIRS
     symbols = vocabulary_symbols(dataset, where.get("source_dir"))
     settings = tokenizer_settings(vocab_size, seed=seed, user_symbols=symbols,
                                   **({"sample_size": vocabulary_sample} if vocabulary_sample

@@ -20,6 +20,7 @@ import types
 
 import numpy as np
 
+from pipelines.defaults import VOCAB_SIZE, VOCABULARY_SAMPLE
 from pipelines.errors import DataError
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -93,8 +94,8 @@ class Vocabulary:
         return self.id_to_piece(range(self.vocab_size))
 
 
-def tokenizer_settings(vocab_size=8000, model_type="bpe", sample_size=2_000_000, seed=0,
-                       user_symbols=()):
+def tokenizer_settings(vocab_size=VOCAB_SIZE, model_type="bpe", sample_size=VOCABULARY_SAMPLE,
+                       seed=0, user_symbols=()):
     """The settings that define a trained vocabulary (part of a prepared data cache's key)."""
     settings = {"vocab_size": vocab_size, "model_type": model_type, "sample_size": sample_size,
                 "seed": seed, "version": 1}
@@ -103,7 +104,7 @@ def tokenizer_settings(vocab_size=8000, model_type="bpe", sample_size=2_000_000,
     return settings
 
 
-def train_vocabulary(texts, vocab_size=8000, model_type="bpe", sample_size=2_000_000,
+def train_vocabulary(texts, vocab_size=VOCAB_SIZE, model_type="bpe", sample_size=VOCABULARY_SAMPLE,
                      progress=True, seed=0, user_symbols=()):
     """Trains a shared sentencepiece vocabulary in memory (nothing is written but a private
     temporary file for sentencepiece).

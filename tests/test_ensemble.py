@@ -115,3 +115,23 @@ def test_the_full_recipe_is_an_ensemble_for_en_de_and_one_model_otherwise():
     assert all(s["train_steps"] == main_job.FULL["train_steps"] for _, s in full_de)
     assert main_job.members(True, "fr") == [(None, main_job.recipe(True, "fr"))]
     assert main_job.members() == [(None, main_job.recipe())]
+
+
+def test_the_ensemble_owns_its_member_layout_and_keeps_its_decoding_choices(tmp_path):
+    folder = tmp_path / "ensemble"
+    assert EnsembleRun.member_directory(folder, "l3-d0.3") == folder / "members" / "l3-d0.3"
+    for bad in ("", "..", "a/b"):
+        with pytest.raises(ValueError, match="is not a member name"):
+            EnsembleRun.member_directory(folder, bad)
+    members = [Run(EnsembleRun.member_directory(folder, name)) for name in ("a", "b")]
+    run = EnsembleRun(folder, members)
+    members[0].save_decoding(model="model.keras", beam_size=2)
+    choices = run.save_decoding(weights="each member's average of its last 5 checkpoints",
+                                beam_size=4, alpha=1.0, chosen_by="the main job, on val")
+    assert "model" not in choices and run.decoding() == choices
+    assert (folder / "decoding.json").is_file() and Run(folder).decoding() == choices
+    assert members[0].decoding() == {"model": "model.keras", "beam_size": 2}  # its own
+    assert run.decoding_model_path() is None  # load_model takes each member's file
+    with pytest.raises(RunError, match="is an ensemble: it has no single model file"):
+        run.save_decoding(model="averaged.keras")
+    assert run.save_decoding(model=None, alpha=0.6)["alpha"] == 0.6

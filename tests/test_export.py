@@ -310,3 +310,30 @@ def test_the_xla_signature_translates_as_translate_ids(tiny_run, tmp_path):
         width = expected["ids"].shape[1]
         np.testing.assert_array_equal(np.pad(single, [0, width - len(single)]),
                                       expected["ids"].numpy()[row])
+
+
+def test_the_saved_models_default_search_is_the_exports(tmp_path):
+    """beam_size and alpha left out of a request take the export's values (the run's decoding
+    choice, when export_run exports a run), in process and once saved and loaded."""
+    import keras
+    import tensorflow as tf
+
+    from keras_transformer.models import Transformer
+
+    keras.utils.set_random_seed(7)
+    model = Transformer(vocab_size=40, num_layers=1, d_model=16, num_heads=2, d_ff=32)
+    model.build()
+    ids = tf.constant([[5, 6, 7, 2], [8, 9, 2, 0]])
+
+    def scores(function, **search):
+        return function(ids, **{k: tf.constant(v) for k, v in search.items()})["scores"].numpy()
+
+    module = export.IdsTranslatorModule(model, 8, beam_size=2, alpha=1.0)
+    chosen, paper = (scores(module.translate_ids, beam_size=2, alpha=1.0),
+                     scores(module.translate_ids, beam_size=4, alpha=0.6))
+    assert not np.allclose(chosen, paper)  # (the length penalty differs)
+    np.testing.assert_allclose(scores(module.translate_ids), chosen)
+    path = export.export_saved_model(model, None, tmp_path, ids_only=True, beam_size=2,
+                                     alpha=1.0, max_input_length=8)
+    loaded = tf.saved_model.load(str(path))
+    np.testing.assert_allclose(scores(loaded.translate_ids), chosen, rtol=1e-5)

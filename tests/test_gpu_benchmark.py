@@ -51,18 +51,13 @@ def test_tiny_run_on_jax_without_tensorflow():
     assert peak["bf16_tflops"] > 0 and peak["fp32_tflops"] > 0
     check_training(lines["gpu_train_step"], "keras-jax")
     search = lines["gpu_search"]
-    if "skipped" in search[0]:
-        # TODO(lead): once decoding/search.py and beam_search.py run under JAX, drop this
-        # branch: the search must then be measured, not skipped.
-        assert len(search) == 1 and search[0]["skipped"].startswith("search:"), search
-    else:
-        assert {(line["search"], line["dtype"]) for line in search} == {
-            (name, dtype) for name in ("greedy", "beam") for dtype in ("bf16", "fp32")}
-        for line in search:
-            assert "error" not in line, line
-            assert line["sentences_per_s"] > 0 and line["target_tokens"] > 0, line
+    assert {(line["search"], line["dtype"]) for line in search} == {
+        (name, dtype) for name in ("greedy", "beam") for dtype in ("bf16", "fp32")}, search
+    for line in search:
+        assert "error" not in line and "skipped" not in line, line
+        assert line["sentences_per_s"] > 0 and line["target_tokens"] > 0, line
     # The script blocks `import tensorflow`, so reaching the end proves that our model, its
-    # training under JAX and (when not skipped) its search need no TensorFlow.
+    # training under JAX and its search need no TensorFlow.
     (summary,) = lines["gpu_summary"]
     assert summary["tensorflow_imported"] is False and summary["failed"] is False
 

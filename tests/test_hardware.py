@@ -1,5 +1,7 @@
 """The CPU class and the kernel defaults the command picks for it."""
 
+import pytest
+
 from keras_transformer import hardware
 
 
@@ -30,18 +32,42 @@ def test_onednn_default_follows_the_class_unless_the_user_set_it(monkeypatch):
     assert "TF_ENABLE_ONEDNN_OPTS=0 (set by the user)" in hardware.kernel_summary(environ)
 
 
-def test_the_command_applies_the_default_before_keras_loads():
+# The command, in a fresh process: what the environment holds and whether TensorFlow was
+# loaded when the console was set up (TensorFlow reads TF_ENABLE_ONEDNN_OPTS when it loads).
+COMMAND = """
+import json, os, sys
+from keras_transformer import cli, console
+from keras_transformer.cli import models
+seen = {}
+setup = console.setup
+def spy(show_native_logs, own_console=True):
+    seen["tensorflow_loaded"] = "tensorflow" in sys.modules
+    setup(show_native_logs, own_console)
+console.setup = spy
+models.presets = lambda args: print(json.dumps([os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+                                                seen["tensorflow_loaded"]]))
+sys.exit(cli.main(["presets"], own_console=True))
+"""
+
+
+def _command_state():
     import json
     import os
     import subprocess
     import sys
 
-    code = ("import sys, os, json; sys.argv = ['keras-transformer', 'train']; "
-            "import keras_transformer; from keras_transformer import hardware; "
-            "print(json.dumps([os.environ.get('TF_ENABLE_ONEDNN_OPTS'), hardware.cpu_class()]))")
     env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
-    env["KERAS_BACKEND"] = "jax"  # no TensorFlow start-up needed to see the environment
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", COMMAND], capture_output=True, text=True,
                             env=env, timeout=120)
-    value, kind = json.loads(result.stdout.strip().splitlines()[-1])
-    assert value == ("1" if kind in hardware.ONEDNN_DEFAULT_ON else None), result.stderr[-1000:]
+    assert result.returncode == 0, result.stderr[-1000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_command_applies_the_cpu_default():
+    value, _ = _command_state()
+    assert value == ("1" if hardware.cpu_class() in hardware.ONEDNN_DEFAULT_ON else None)
+
+
+def test_the_console_is_set_up_before_tensorflow_loads():
+    _, loaded = _command_state()
+    assert not loaded

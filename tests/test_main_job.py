@@ -55,8 +55,12 @@ def test_both_recipes_are_bounded_by_steps_not_by_the_clock():
         config = make_config(None, **mode).resolved()
         assert config.time_limit_minutes is None and config.train_steps == mode["train_steps"]
         assert config.dropout == mode["dropout"]
-        # Checkpoints by steps only, so averaging candidates are evenly spaced.
-        assert config.checkpoint_minutes * 60 > config.train_steps * 60
+        # Checkpoints by steps only, so averaging candidates are evenly spaced: a checkpoint
+        # every checkpoint_steps up to the last step, and the minutes' clock does not fire
+        # within a day of training (the full recipe's three members take about 7 hours).
+        assert config.checkpoint_steps and config.train_steps % config.checkpoint_steps == 0
+        assert config.checkpoint_minutes >= 24 * 60
+    # The full recipe keeps every checkpoint the widest averaging candidate needs.
     assert main_job.FULL["keep_checkpoints"] >= max(
         (k - 1) * every + 1 for k, every in main_job.AVERAGE_CANDIDATES)
 
@@ -66,8 +70,8 @@ def test_main_job_chooses_the_length_penalty_on_val(tiny_run, capsys):
     run = Run(tiny_run)
     sources, references = datasets.pair_texts(
         datasets.load_pairs("text", "dev", **run.config.data_arguments()), 12)
-    alpha, scores = main_job._choose_alpha(run.load_model(), run.tokenizer(), run.config,
-                                           sources, references, beam=2)
+    alpha, scores = main_job.choose_alpha(run.load_model(), run.tokenizer(),
+                                          run.config.max_length, sources, references, beam=2)
     assert alpha in main_job.ALPHAS and sorted(scores) == sorted(main_job.ALPHAS)
     assert max(bleu for bleu, _ in scores.values()) == scores[alpha][0]
     assert "alpha 1.4: sacreBLEU" in capsys.readouterr().out

@@ -12,7 +12,7 @@ def test_main_job_chooses_among_final_and_averaged_weights_on_val(run_copy, caps
     run = Run(run_copy)  # two checkpoints: only the final weights are a candidate
     sources, references = datasets.pair_texts(
         datasets.load_pairs("text", "dev", **run.config.data_arguments()))
-    model, label, scores = main_job._choose_weights(run, sources, references)
+    model, label, scores = main_job.choose_weights(run, sources, references)
     assert label == "final weights" and list(scores) == ["final weights"]
     assert model.count_params() == run.load_model(prefer_averaged=False).count_params()
     assert "val (first 40 sentences, greedy): final weights: sacreBLEU" in \

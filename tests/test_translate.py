@@ -141,3 +141,33 @@ def test_translate_with_xla_gives_the_same_translations(tiny_run, tmp_path):
         outputs[flags] = output.read_text(encoding="utf-8")
     assert outputs[("--xla",)] == outputs[()]
     assert outputs[()].split("\n")[1] == ""
+
+
+def test_translate_decodes_with_the_runs_saved_choice_and_says_so(run_copy, tmp_path, capsys):
+    from keras_transformer import cli
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.runs import Run
+
+    source, output = tmp_path / "in.txt", tmp_path / "out.txt"
+    sentences = ["the dog runs", "", "a red cat in the house"]
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+
+    def translate(*flags):
+        assert cli.main(["translate", "--run-dir", str(run_copy), "--input", str(source),
+                         "--output", str(output), *flags]) == 0
+        return output.read_text(encoding="utf-8"), capsys.readouterr().err
+
+    def expected(**search):
+        return "".join(line + "\n" for line in Translator.from_run(
+            run_copy, **search).translate(sentences))
+
+    text, err = translate()  # no saved choice: what translate always did
+    assert text == expected(beam_size=4, alpha=0.6, batch_size=64)
+    assert "beam 4, alpha 0.6 (the defaults: the run saved no choice;" in err
+    Run(run_copy).save_decoding(model=Run.MODEL, beam_size=2, alpha=1.5, chosen_by="a test")
+    text, err = translate()
+    assert text == expected(model_file=run_copy / Run.MODEL, beam_size=2, alpha=1.5)
+    assert f"decoding with {Run.MODEL}, beam 2, alpha 1.5 (chosen by a test;" in err
+    text, err = translate("--beam", "1")
+    assert text == expected(model_file=run_copy / Run.MODEL, beam_size=1, alpha=1.5)
+    assert "--beam given" in err

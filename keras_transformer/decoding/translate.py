@@ -77,6 +77,12 @@ class Translator:
         kwargs.setdefault("max_input_length", run.config.max_length)
         return cls(model, run.vocabulary(), **kwargs)
 
+    def search_ids(self, source_ids):
+        """The search on a batch of id rows ((N, S) int32, EOS-terminated, 0-padded, e.g. from
+        `encode`): {"ids": (N, K, T) hypotheses best first, "scores": (N, K)}, K = 1 for greedy
+        search."""
+        return self._search(source_ids)
+
     def encode(self, sentences):
         """Strings -> list of id lists (EOS-terminated, truncated to max_input_length)."""
         encoded = []
@@ -105,7 +111,7 @@ class Translator:
             ids = np.zeros((len(chunk), width), np.int32)
             for row, i in enumerate(chunk):
                 ids[row, : len(encoded[i])] = encoded[i]
-            outputs = self._search(ids)
+            outputs = self.search_ids(ids)
             texts = self._detokenize(outputs["ids"])
             scores = np.asarray(outputs["scores"])
             for row, i in enumerate(chunk):

@@ -80,3 +80,23 @@ def plot(weights, kind, layer, head, path, title=None):
         figure.savefig(temporary, dpi=120)
     plt.close(figure)
     return path
+
+
+def draw_sentence(translator, tokenizer, sentence, output_dir, kinds=KINDS, layer=None, head=1):
+    """Translates `sentence` with `translator` (a `Translator`) and writes PNG heat maps of
+    head `head` (from 1) at layer `layer` (from 1; None: the last) for each of `kinds`.
+    `tokenizer`: the run's TensorFlow `SubwordTokenizer` (`Run.tokenizer()`), for the labels.
+
+    Returns:
+        (the translation, the paths written).
+    """
+    source_ids = tf.constant(translator.encode([sentence]), tf.int32)
+    output = translator.search_ids(source_ids)["ids"][:, 0]
+    weights = attention_weights(translator.model, tokenizer, source_ids, output)
+    layer = len(weights["encoder"]) - 1 if layer is None else layer - 1
+    folder = pathlib.Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [plot(weights, kind, layer, head - 1,
+                  folder / f"attention-{kind}-layer{layer + 1}-head{head}.png")
+             for kind in kinds]
+    return translator.vocabulary.decode(output)[0], paths

@@ -1,17 +1,18 @@
 """SavedModel export for TensorFlow Serving (layout `saved_models/<name>/<version>/`), two
 signatures:
 
-* `serving_default`: `sentences` (N,) string [, `beam_size` () int32 = 4, `alpha` () float32
-  = 0.6] -> `translations` (N,) string, `scores` (N,) float32. Tokenization and
-  detokenization run in the graph (tensorflow-text sentencepiece). `beam_size` and `alpha`
-  have defaults recorded in the SignatureDef, so a request may leave them out.
+* `serving_default`: `sentences` (N,) string [, `beam_size` () int32, `alpha` () float32]
+  -> `translations` (N,) string, `scores` (N,) float32. Tokenization and detokenization run
+  in the graph (tensorflow-text sentencepiece). `beam_size` and `alpha` may be left out of a
+  request: their defaults are the export's (the run's decoding choice, else beam 4 and
+  alpha 0.6), kept in the saved functions.
 * `translate_ids`: `source_ids` (N, S) int32 (subword ids ending with EOS = 2, padded with
   0) [, `beam_size`, `alpha`] -> `ids` (N, T) int32 (ending with EOS, padded with 0),
   `scores` (N,) float32. Core TensorFlow ops only; with `ids_only=True` the SavedModel holds
   nothing else and loads on a server without the tensorflow-text kernels.
 * `translate_ids_xla`: the same search compiled by XLA, with the beam size fixed at export
-  (`beam_size` of the export, 4 by default; inputs `source_ids` [, `alpha`]). 2.7x faster
-  per request on CPU (a Multi30k model) (no per-op overhead, caches updated in place), but TensorFlow
+  (`beam_size` of the export; inputs `source_ids` [, `alpha`]). 2.7x faster per request on
+  CPU (a Multi30k model: no per-op overhead, caches updated in place), but TensorFlow
   Serving runs it only with `--xla_cpu_compilation_enabled=true` (experimental), and XLA
   compiles it once per input shape (widths are padded to a multiple of 16 in the graph; the
   first request of each batch size and width bucket takes seconds). `serving_default` and
@@ -43,10 +44,16 @@ class IdsTranslatorModule(tf.Module):
     Args:
         model: a trained `Transformer`.
         max_input_length: longer inputs are truncated (subword tokens, EOS included).
+        beam_size, alpha: the defaults of the signatures' `beam_size` and `alpha` inputs;
+            beam_size is also the fixed beam of `translate_ids_xla`.
     """
 
-    def __init__(self, model, max_input_length=MAX_LENGTH, beam_size=TRANSLATION.beam_size):
+    def __init__(self, model, max_input_length=MAX_LENGTH, beam_size=TRANSLATION.beam_size,
+                 alpha=TRANSLATION.alpha):
         super().__init__(name="translator")
+        self.beam_size, self.alpha = int(beam_size), float(alpha)
+        self.translate_ids = self._translate_ids_function()
+        self.translate_ids_xla = self._translate_ids_xla_function()
         if max_input_length < 2:
             raise ExportError(f"max_input_length={max_input_length} must be at least 2.")
         self._xla_search = xla_search_ids(model, beam_size, max_input_length)
@@ -61,23 +68,31 @@ class IdsTranslatorModule(tf.Module):
     def model(self):
         return self._parts.model
 
-    @tf.function(input_signature=[
-        tf.TensorSpec([None, None], tf.int32, name="source_ids"),
-        tf.TensorSpec([], tf.int32, name="beam_size"),
-        tf.TensorSpec([], tf.float32, name="alpha"),
-    ])
-    def translate_ids(self, source_ids, beam_size=tf.constant(TRANSLATION.beam_size),
-                      alpha=tf.constant(TRANSLATION.alpha)):
-        ids, scores = search_ids(self.model, source_ids, beam_size, alpha, self.max_input_length)
-        return {"ids": ids, "scores": scores}
+    # The signatures are made per module, so that their default inputs are this export's.
+    def _translate_ids_function(self):
+        @tf.function(input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+            tf.TensorSpec([], tf.int32, name="beam_size"),
+            tf.TensorSpec([], tf.float32, name="alpha"),
+        ])
+        def translate_ids(source_ids, beam_size=tf.constant(self.beam_size),
+                          alpha=tf.constant(self.alpha)):
+            ids, scores = search_ids(self.model, source_ids, beam_size, alpha,
+                                     self.max_input_length)
+            return {"ids": ids, "scores": scores}
 
-    @tf.function(input_signature=[
-        tf.TensorSpec([None, None], tf.int32, name="source_ids"),
-        tf.TensorSpec([], tf.float32, name="alpha"),
-    ])
-    def translate_ids_xla(self, source_ids, alpha=tf.constant(TRANSLATION.alpha)):
-        ids, scores = self._xla_search(source_ids, alpha)
-        return {"ids": ids, "scores": scores}
+        return translate_ids
+
+    def _translate_ids_xla_function(self):
+        @tf.function(input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+            tf.TensorSpec([], tf.float32, name="alpha"),
+        ])
+        def translate_ids_xla(source_ids, alpha=tf.constant(self.alpha)):
+            ids, scores = self._xla_search(source_ids, alpha)
+            return {"ids": ids, "scores": scores}
+
+        return translate_ids_xla
 
     def signatures(self):
         return {"translate_ids": self.translate_ids, "translate_ids_xla": self.translate_ids_xla}
@@ -104,27 +119,31 @@ class TranslatorModule(IdsTranslatorModule):
     """
 
     def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH,
-                 beam_size=TRANSLATION.beam_size):
-        super().__init__(model, max_input_length, beam_size)
+                 beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha):
+        super().__init__(model, max_input_length, beam_size, alpha)
         self.tokenizer = tokenizer
+        self.serve = self._serve_function()
 
-    @tf.function(input_signature=[
-        tf.TensorSpec([None], tf.string, name="sentences"),
-        tf.TensorSpec([], tf.int32, name="beam_size"),
-        tf.TensorSpec([], tf.float32, name="alpha"),
-    ])
-    def serve(self, sentences, beam_size=tf.constant(TRANSLATION.beam_size),
-              alpha=tf.constant(TRANSLATION.alpha)):
-        tokens = self.tokenizer.tokenize(normalize_text(sentences))
-        tokens = tokens[:, : self.max_input_length - 1]
-        eos = tf.fill([tokens.nrows(), 1], EOS_ID)
-        source_ids = tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
-        source_ids = source_ids.to_tensor(default_value=PAD_ID)
-        ids, scores = search_ids(self.model, source_ids, beam_size, alpha,
-                                 self.max_input_length)
-        translations = self.tokenizer.detokenize_dense(ids)
-        empty = tf.equal(tokens.row_lengths(), 0)
-        return {"translations": tf.where(empty, "", translations), "scores": scores}
+    def _serve_function(self):
+        @tf.function(input_signature=[
+            tf.TensorSpec([None], tf.string, name="sentences"),
+            tf.TensorSpec([], tf.int32, name="beam_size"),
+            tf.TensorSpec([], tf.float32, name="alpha"),
+        ])
+        def serve(sentences, beam_size=tf.constant(self.beam_size),
+                  alpha=tf.constant(self.alpha)):
+            tokens = self.tokenizer.tokenize(normalize_text(sentences))
+            tokens = tokens[:, : self.max_input_length - 1]
+            eos = tf.fill([tokens.nrows(), 1], EOS_ID)
+            source_ids = tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
+            source_ids = source_ids.to_tensor(default_value=PAD_ID)
+            ids, scores = search_ids(self.model, source_ids, beam_size, alpha,
+                                     self.max_input_length)
+            translations = self.tokenizer.detokenize_dense(ids)
+            empty = tf.equal(tokens.row_lengths(), 0)
+            return {"translations": tf.where(empty, "", translations), "scores": scores}
+
+        return serve
 
     def signatures(self):
         return {"serving_default": self.serve, "translate_ids": self.translate_ids,
@@ -141,13 +160,15 @@ def existing_versions(base_dir):
 
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
                        max_input_length=MAX_LENGTH, ids_only=False,
-                       beam_size=TRANSLATION.beam_size):
+                       beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 
     Args:
         version: integer version directory; default one more than the highest existing (1).
         overwrite: replace an existing version (otherwise an error).
-        beam_size: the beam of the `translate_ids_xla` signature (fixed when compiled).
+        beam_size, alpha: the default `beam_size` and `alpha` inputs of the signatures;
+            beam_size is also the beam of the `translate_ids_xla` signature (fixed when
+            compiled).
     """
     base_dir = pathlib.Path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -162,8 +183,8 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         raise ExportError(
             f"{target} already exists: TensorFlow Serving may be serving it. Choose another "
             "version, or allow overwriting it.")
-    module = (IdsTranslatorModule(model, max_input_length, beam_size) if ids_only
-              else TranslatorModule(model, tokenizer, max_input_length, beam_size))
+    module = (IdsTranslatorModule(model, max_input_length, beam_size, alpha) if ids_only
+              else TranslatorModule(model, tokenizer, max_input_length, beam_size, alpha))
     start = time.time()
     with atomic_path(target) as temporary:
         temporary.mkdir()  # from here on, everything goes under the temporary name

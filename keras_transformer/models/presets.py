@@ -79,11 +79,9 @@ PRESETS = {
         model=dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024),
         training=dict(warmup_steps=2000, train_steps=20_000),
     ),
-    # The Multi30k recipe for a 2-core CPU (issue 7): the small architecture with a little more
-    # dropout for a run of ~60 epochs of this small corpus (29k pairs). A first try with 4
-    # layers and P_drop=0.3 learned far slower per CPU-minute (dev perplexity 16.3 after 2000
-    # steps, against 7.7 after 1390 for small); see README "Results". 7.6M parameters with an
-    # 8000-piece vocabulary.
+    # The Multi30k recipe for a 2-core CPU: the small architecture with a little more dropout
+    # for ~60 epochs of this small corpus (29k pairs); docs/results.md has the runs that chose
+    # it. 7.6M parameters with an 8000-piece vocabulary.
     "multi30k": _variant(
         "Multi30k recipe for a 2-core CPU (3 layers, d_model=256, d_ff=1024, h=4, P_drop=0.2).",
         model=dict(num_layers=3, d_model=256, num_heads=4, d_ff=1024, dropout=0.2),
@@ -100,7 +98,7 @@ PRESETS = {
         training=dict(warmup_steps=2000, train_steps=8_000),
     ),
     # Constituency parsing (Section 6.3) scaled to a 2-core CPU: the paper's 4 layers, a smaller
-    # d_model for the ~3.7k training trees of the WSJ sample. Dropout 0.3 for the small data.
+    # d_model for the ~3.7k training trees of the WSJ sample, with P_drop 0.2.
     "parse-small": _variant(
         "Parsing on the WSJ sample for a 2-core CPU (4 layers, d_model=256, d_ff=1024, h=4, "
         "P_drop=0.2, pre-norm: with post-norm the encoder collapsed to a constant output on "
@@ -121,44 +119,3 @@ def get_preset(name):
     if name not in PRESETS:
         raise ConfigError(f"Unknown preset {name!r}. Known presets: {', '.join(preset_names())}.")
     return copy.deepcopy(PRESETS[name])
-
-
-# The architecture keys a user may set on top of a preset (config files and the command line).
-ARCHITECTURE_KEYS = ("num_layers", "d_model", "num_heads", "d_ff", "key_dim", "value_dim",
-                     "dropout", "norm_first", "positional")
-
-
-def resolve_architecture(preset, **overrides):
-    """The complete `Transformer` arguments (all but the vocabulary) of preset `preset` with
-    `overrides` (None values ignored): what a run saves so that it never needs the preset
-    table again. key_dim and value_dim come out resolved (d_model / num_heads by default).
-
-    Raises:
-        ConfigError naming a key that is not an architecture key or a value the model refuses
-        (e.g. d_model=510 with num_heads=8).
-    """
-    from keras_transformer.layers.encoder import check_dimensions
-
-    unknown = sorted(set(overrides) - set(ARCHITECTURE_KEYS))
-    if unknown:
-        raise ConfigError(f"Not architecture keys: {', '.join(unknown)}; the keys are "
-                          f"{', '.join(ARCHITECTURE_KEYS)}.")
-    architecture = get_preset(preset)["model"]
-    architecture.update({k: v for k, v in overrides.items() if v is not None})
-    architecture.setdefault("norm_first", False)
-    for key in ("num_layers", "d_model", "num_heads", "d_ff"):
-        value = architecture[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"{key}={value!r} must be a positive integer.")
-    if architecture["positional"] not in ("sinusoidal", "learned"):
-        raise ConfigError(f"positional={architecture['positional']!r} must be 'sinusoidal' or "
-                          "'learned'.")
-    if architecture["positional"] == "learned" and not architecture.get("max_length"):
-        architecture["max_length"] = 512
-    try:
-        architecture["key_dim"], architecture["value_dim"] = check_dimensions(
-            architecture["d_model"], architecture["num_heads"], architecture["key_dim"],
-            architecture["value_dim"])
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    return architecture

@@ -1,12 +1,15 @@
-"""Training configuration: one flat set of keys shared by the command line and config files.
+"""A training run's settings, declared once per setting, in sections that follow the concepts.
 
-A config file (YAML or JSON) holds any of the keys below; command-line flags override it.
-Unknown keys and invalid values raise `ConfigError` naming them.
+    config = make_config("recipe.yaml", train_steps=2000)   # a file, then flat overrides
+    config.optimization.train_steps, config.train_steps      # the same value
+    config.resolved().model.d_model                          # filled in from the preset
 
-The architecture is a preset plus optional architecture keys (num_layers, d_model, num_heads,
-d_ff, key_dim, value_dim, dropout, norm_first, positional). `resolved()` turns them into the
-complete `architecture` (every `Transformer` argument), which a run saves: a run never looks its
-preset up again, so changing or removing a preset later does not change a run.
+A config file (YAML or JSON) holds sections (`model:`, `data:`, `optimization:`, `run:`) or
+flat keys, or both; `keras-transformer train` has one flag per setting. The model section is
+the preset plus the `Transformer`'s own architecture arguments: `resolved()` fills what the
+command left unset from the preset, so a run saves its whole architecture and never looks its
+preset up again. `continued()` is how a run resumes: its saved settings, with only what the
+command gave explicitly compared against them.
 """
 
 import dataclasses
@@ -16,201 +19,292 @@ import typing
 
 import yaml
 
-from keras_transformer.defaults import MAX_LENGTH
+from keras_transformer.defaults import (MAX_LENGTH, SHARD_PAIRS, TRAIN_TOKENS_PER_BATCH,
+                                        VOCAB_SIZE)
 from keras_transformer.errors import ConfigError
-from keras_transformer.models.presets import ARCHITECTURE_KEYS, get_preset, resolve_architecture
+from keras_transformer.models.presets import get_preset, preset_names
+from keras_transformer.runs.settings import (FILE, FLAG, GIVEN, PRESET, Section, Settings,
+                                             fraction, positive, setting)
 from pipelines.datasets import DATASETS
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("default", "mirrored", "multiworker")
+POSITIONAL = ("sinusoidal", "learned")
+# The learned positional table's length where the preset does not give one.
+LEARNED_POSITIONS = 512
 
-# Keys that may change when a run is resumed; any other change means a different run.
-RESUMABLE_KEYS = frozenset({
-    "train_steps", "time_limit_minutes", "verbose", "eval_steps", "bleu_steps", "bleu_sentences",
-    "checkpoint_minutes", "checkpoint_steps", "keep_checkpoints",
-})
-# Where the run is, not what it is: a moved or renamed run directory is the same run.
-LOCATION_KEYS = frozenset({"output_dir", "data_cache", "prepared_data"})
+_PRESET = "default: the preset's"
+
+
+def _known_preset(name):
+    return None if name in preset_names() else f"is not a preset ({', '.join(preset_names())})"
+
+
+Optional = typing.Optional
 
 
 @dataclasses.dataclass
-class TrainConfig:
-    """Everything a training run needs. `None` means: take the preset's value."""
+class ModelSettings(Section):
+    """The preset and the `Transformer`'s architecture arguments (all but the vocabulary)."""
 
-    # Model: a preset, and architecture keys on top of it
-    preset: str = "small"
-    num_layers: typing.Optional[int] = None
-    d_model: typing.Optional[int] = None
-    num_heads: typing.Optional[int] = None
-    d_ff: typing.Optional[int] = None
-    key_dim: typing.Optional[int] = None
-    value_dim: typing.Optional[int] = None
-    dropout: typing.Optional[float] = None
-    norm_first: typing.Optional[bool] = None
-    positional: typing.Optional[str] = None
-    # Data
-    dataset: str = "multi30k"
-    src_lang: str = "en"
-    tgt_lang: str = "de"
-    train_src: typing.Optional[str] = None  # dataset "text": parallel files
-    train_tgt: typing.Optional[str] = None
-    dev_src: typing.Optional[str] = None
-    dev_tgt: typing.Optional[str] = None
-    data_dir: typing.Optional[str] = None  # tfds data_dir
-    source_dir: typing.Optional[str] = None  # Multi30k raw files / PTB sample (shared data)
-    vocab_size: int = 8000
-    data_cache: typing.Optional[str] = None  # prepared data (default: pipelines.prepared)
-    prepared_data: typing.Optional[str] = None  # one prepared folder to train from, as it is
-    shard_pairs: int = 100_000  # source pairs per prepared shard
-    tokens_per_batch: int = 4096  # per side, per replica (paper: ~25000)
-    max_length: int = MAX_LENGTH
-    pad_to_bucket: bool = False
-    # Optimization
-    train_steps: typing.Optional[int] = None
-    warmup_steps: typing.Optional[int] = None
-    label_smoothing: typing.Optional[float] = None
-    lr_scale: float = 1.0
-    grad_accum_steps: int = 1
-    precision: str = "float32"
-    xla: bool = False
-    seed: int = 1234
-    strategy: str = "default"
-    num_replicas: int = 2  # mirrored on a CPU-only host: logical CPU devices
-    # Checkpoints, evaluation, output
-    output_dir: str = "runs/multi30k-en-de"
-    checkpoint_minutes: float = 10.0
-    checkpoint_steps: typing.Optional[int] = None
-    keep_checkpoints: int = 5
-    eval_steps: int = 500
-    bleu_steps: typing.Optional[int] = None
-    bleu_sentences: int = 200
-    time_limit_minutes: typing.Optional[float] = None
-    verbose: int = 1
-    # Filled by resolved(): every Transformer argument but the vocabulary size.
-    architecture: typing.Optional[dict] = None
+    preset: str = setting("small", "model preset (keras-transformer presets); the keys below "
+                          "change it", check=_known_preset)
+    num_layers: Optional[int] = setting(None, "N, layers in the encoder and in the decoder",
+                                        check=positive, default_text=_PRESET)
+    d_model: Optional[int] = setting(None, "model width", check=positive, default_text=_PRESET)
+    num_heads: Optional[int] = setting(None, "attention heads h", check=positive,
+                                       default_text=_PRESET)
+    d_ff: Optional[int] = setting(None, "feed-forward inner width", check=positive,
+                                  default_text=_PRESET)
+    key_dim: Optional[int] = setting(None, "d_k per head", check=positive,
+                                     default_text="default d_model / h")
+    value_dim: Optional[int] = setting(None, "d_v per head", check=positive,
+                                       default_text="default d_model / h")
+    dropout: Optional[float] = setting(None, "P_drop", check=fraction, default_text=_PRESET)
+    norm_first: Optional[bool] = setting(None, "pre-norm residual blocks (the paper: "
+                                         "post-norm)", default_text=_PRESET)
+    positional: Optional[str] = setting(None, "positional encoding (the paper: sinusoidal)",
+                                        choices=POSITIONAL, default_text=_PRESET)
+    max_positions: Optional[int] = setting(None, "learned positional embeddings: positions in "
+                                           "the table (the Transformer's max_length)",
+                                           check=positive,
+                                           default_text=f"{LEARNED_POSITIONS} when learned")
 
-    def __post_init__(self):
-        self.validate()
+    def architecture(self):
+        """The `Transformer` arguments (all but the vocabulary size)."""
+        values = dataclasses.asdict(self)
+        del values["preset"]
+        values["max_length"] = values.pop("max_positions")
+        return values
+
+    def resolved(self, sources):
+        """A copy with the preset's values where none was set (recorded in `sources`), the
+        head dimensions computed and checked by the layers' own rule."""
+        from keras_transformer.layers.encoder import check_dimensions
+
+        values = dataclasses.asdict(self)
+        preset = get_preset(self.preset)["model"]
+        preset["max_positions"] = preset.pop("max_length", None)
+        preset.setdefault("norm_first", False)
+        for key, value in preset.items():
+            if values[key] is None and value is not None:
+                values[key] = value
+                sources.setdefault(key, PRESET)
+        if values["positional"] == "learned" and values["max_positions"] is None:
+            values["max_positions"] = LEARNED_POSITIONS
+        for key in ("key_dim", "value_dim"):
+            if values[key] is None:
+                sources.setdefault(key, "d_model / h")
+        try:
+            values["key_dim"], values["value_dim"] = check_dimensions(
+                values["d_model"], values["num_heads"], values["key_dim"], values["value_dim"])
+        except ValueError as error:
+            raise ConfigError(f"Config keys d_model/num_heads/key_dim/value_dim: {error}") \
+                from None
+        return ModelSettings(**values)
+
+
+@dataclasses.dataclass
+class DataSettings(Section):
+    """What the model is trained on and how it is cut into batches."""
+
+    dataset: str = setting("multi30k", "multi30k, wmt14, text (your own parallel files) or ptb "
+                           "(constituency parsing on the Penn Treebank sample)",
+                           choices=DATASETS, prepare=True)
+    src_lang: str = setting("en", "source language", prepare=True)
+    tgt_lang: str = setting("de", "target language", prepare=True)
+    train_src: Optional[str] = setting(None, "dataset text: training source file (plain or "
+                                       ".gz)", prepare=True)
+    train_tgt: Optional[str] = setting(None, "dataset text: training target file",
+                                       prepare=True)
+    dev_src: Optional[str] = setting(None, "dataset text: dev source file")
+    dev_tgt: Optional[str] = setting(None, "dataset text: dev target file")
+    data_dir: Optional[str] = setting(None, "tensorflow-datasets data directory",
+                                      location=True, prepare=True)
+    source_dir: Optional[str] = setting(
+        None, "Multi30k raw files; for ptb the folder of treebank-combined.tar.gz",
+        location=True, prepare=True,
+        default_text="default ../shared/data/multi30k or ../shared/data/ptb-sample, else "
+        "download")
+    vocab_size: int = setting(VOCAB_SIZE, "shared subword vocabulary size", check=positive,
+                              prepare=True)
+    data_cache: Optional[str] = setting(
+        None, "folder of prepared (tokenized, sharded) training data, shared by runs on the "
+        "same corpus", location=True, prepare=True,
+        default_text="default $KERAS_TRANSFORMER_DATA_CACHE, else ~/.cache/keras-transformer/"
+        "data")
+    prepared_data: Optional[str] = setting(
+        None, "train from this prepared folder as it is (the folder `prepare` printed)",
+        location=True, default_text="default: found in the data cache")
+    shard_pairs: int = setting(SHARD_PAIRS, "source pairs per prepared shard (MultiWorker "
+                               "training needs at least one shard per worker)", check=positive,
+                               prepare=True)
+    tokens_per_batch: int = setting(TRAIN_TOKENS_PER_BATCH, "token budget per side and per "
+                                    "replica (paper: 25000)", check=positive)
+    max_length: int = setting(MAX_LENGTH, "drop pairs longer than this many tokens",
+                              check=positive, prepare=True)
+    pad_to_bucket: bool = setting(False, "pad batches to bucket boundaries (static shapes for "
+                                  "XLA)")
 
     def validate(self):
-        """Checks types and ranges; raises ConfigError naming the key and the value."""
-        hints = typing.get_type_hints(type(self))
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            expected = hints[field.name]
-            optional = typing.get_origin(expected) is typing.Union
-            base = typing.get_args(expected)[0] if optional else expected
-            if value is None and optional:
-                continue
-            if base is float and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-                setattr(self, field.name, value)
-            if not isinstance(value, base) or (base is int and isinstance(value, bool)):
-                raise ConfigError(
-                    f"Config key {field.name!r} must be {base.__name__}"
-                    f"{' or null' if optional else ''}; got {value!r}."
-                )
-
-        def check(ok, key, rule):
-            if not ok:
-                raise ConfigError(f"Config key {key!r} {rule}; got {getattr(self, key)!r}.")
-
-        if self.architecture is None:
-            get_preset(self.preset)  # unknown preset -> ConfigError listing the presets
-        check(self.dataset in DATASETS, "dataset", f"must be one of {DATASETS}")
-        check(self.precision in POLICIES, "precision", f"must be one of {POLICIES}")
-        check(self.strategy in STRATEGIES, "strategy", f"must be one of {STRATEGIES}")
-        check(self.src_lang != self.tgt_lang, "tgt_lang", "must differ from src_lang")
-        for key in ("vocab_size", "shard_pairs", "tokens_per_batch", "max_length",
-                    "grad_accum_steps", "keep_checkpoints", "eval_steps", "bleu_sentences",
-                    "num_replicas"):
-            check(getattr(self, key) > 0, key, "must be positive")
-        for key in ("train_steps", "warmup_steps", "checkpoint_steps", "bleu_steps",
-                    "num_layers", "d_model", "num_heads", "d_ff", "key_dim", "value_dim"):
-            value = getattr(self, key)
-            check(value is None or value > 0, key, "must be positive")
-        for key in ("dropout", "label_smoothing"):
-            value = getattr(self, key)
-            check(value is None or 0.0 <= value < 1.0, key, "must be in [0, 1)")
-        check(self.positional in (None, "sinusoidal", "learned"), "positional",
-              "must be 'sinusoidal' or 'learned'")
-        check(self.lr_scale > 0, "lr_scale", "must be positive")
-        check(self.checkpoint_minutes > 0, "checkpoint_minutes", "must be positive")
-        check(self.time_limit_minutes is None or self.time_limit_minutes > 0,
-              "time_limit_minutes", "must be positive")
-        check(self.tokens_per_batch >= self.max_length, "tokens_per_batch",
-              f"must be at least max_length={self.max_length}")
+        super().validate()
+        if self.src_lang == self.tgt_lang:
+            raise ConfigError(f"Config key 'tgt_lang' must differ from src_lang; got "
+                              f"{self.tgt_lang!r}.")
+        if self.tokens_per_batch < self.max_length:
+            raise ConfigError(f"Config key 'tokens_per_batch' must be at least max_length="
+                              f"{self.max_length}; got {self.tokens_per_batch!r}.")
         if self.dataset == "text":
             for key in ("train_src", "train_tgt"):
-                check(getattr(self, key) is not None, key, "is required with dataset 'text'")
+                if getattr(self, key) is None:
+                    raise ConfigError(f"Config key {key!r} is required with dataset 'text'.")
 
-    def architecture_overrides(self):
-        return {key: getattr(self, key) for key in ARCHITECTURE_KEYS
-                if getattr(self, key) is not None}
+
+@dataclasses.dataclass
+class OptimizationSettings(Section):
+    """The optimizer, its schedule, the loss and the numerics (paper Section 5)."""
+
+    train_steps: Optional[int] = setting(None, "optimizer steps", check=positive,
+                                         resumable=True, default_text=_PRESET)
+    warmup_steps: Optional[int] = setting(None, "learning-rate warmup steps (paper 4000)",
+                                          check=positive, default_text=_PRESET)
+    label_smoothing: Optional[float] = setting(None, "eps_ls (paper 0.1)", check=fraction,
+                                               default_text=_PRESET)
+    lr_scale: float = setting(1.0, "multiplier on the paper's learning rate", check=positive)
+    grad_accum_steps: int = setting(1, "batches per optimizer update", check=positive)
+    precision: str = setting("float32", "Keras dtype policy", choices=POLICIES)
+    xla: bool = setting(False, "compile the training step with XLA")
+    seed: int = setting(1234, "random seed (data order, initialization, dropout)",
+                        prepare=True)
+
+
+@dataclasses.dataclass
+class RunSettings(Section):
+    """Where the run lives, how it runs, and its checkpoints, evaluation and logging."""
+
+    output_dir: str = setting("runs/multi30k-en-de", "run directory: config, vocabulary, "
+                              "checkpoints, logs, model", location=True)
+    strategy: str = setting("default", "default, mirrored (local GPUs or logical CPUs) or "
+                            "multiworker (TF_CONFIG)", choices=STRATEGIES)
+    num_replicas: int = setting(2, "mirrored on a CPU-only host: logical CPU devices",
+                                check=positive)
+    checkpoint_minutes: float = setting(10.0, "save a checkpoint every N minutes (paper: 10)",
+                                        check=positive, resumable=True)
+    checkpoint_steps: Optional[int] = setting(None, "also save every N steps", check=positive,
+                                              resumable=True)
+    keep_checkpoints: int = setting(5, "keep the last K checkpoints", check=positive,
+                                    resumable=True)
+    eval_steps: int = setting(500, "dev loss every N steps (also the progress-bar epoch)",
+                              check=positive, resumable=True)
+    bleu_steps: Optional[int] = setting(None, "greedy dev sacreBLEU every N steps",
+                                        check=positive, resumable=True,
+                                        default_text="default off")
+    bleu_sentences: int = setting(200, "dev sentences used for that BLEU", check=positive,
+                                  resumable=True)
+    time_limit_minutes: Optional[float] = setting(None, "stop after this much training time",
+                                                  check=positive, resumable=True,
+                                                  default_text="default none")
+    verbose: int = setting(1, "0 quiet, 1 a progress bar over the run's steps, 2 also Keras' "
+                           "line per eval_steps and third-party logs (TensorFlow, "
+                           "sentencepiece, tfds)", resumable=True, prepare=True)
+
+
+@dataclasses.dataclass
+class TrainConfig(Settings):
+    """Everything a training run needs, by section."""
+
+    FORMAT_VERSION: typing.ClassVar[int] = 3  # 2: flat keys + "architecture"; 1: no architecture
+
+    model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
+    data: DataSettings = dataclasses.field(default_factory=DataSettings)
+    optimization: OptimizationSettings = dataclasses.field(default_factory=OptimizationSettings)
+    run: RunSettings = dataclasses.field(default_factory=RunSettings)
+
+    @property
+    def architecture(self):
+        """The `Transformer` arguments of a resolved config (all but the vocabulary size)."""
+        return self.model.architecture()
 
     def resolved(self):
-        """A copy with the preset's values filled in: `architecture` (unless already there)
-        and the training defaults (train_steps, warmup_steps, label_smoothing)."""
-        values = dataclasses.asdict(self)
-        if values["architecture"] is None:
-            values["architecture"] = resolve_architecture(self.preset,
-                                                          **self.architecture_overrides())
-        if any(values[key] is None for key in ("train_steps", "warmup_steps", "label_smoothing")):
-            training = get_preset(self.preset)["training"]
-            for key in ("train_steps", "warmup_steps", "label_smoothing"):
-                if values[key] is None:
-                    values[key] = training[key]
-        return TrainConfig(**values)
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
+        """A copy with what the preset decides filled in: the architecture and the training
+        defaults (train_steps, warmup_steps, label_smoothing)."""
+        sources = dict(self.sources)
+        model = self.model.resolved(sources)
+        optimization = dataclasses.asdict(self.optimization)
+        training = get_preset(self.model.preset)["training"]
+        for key in ("train_steps", "warmup_steps", "label_smoothing"):
+            if optimization[key] is None:
+                optimization[key] = training[key]
+                sources.setdefault(key, PRESET)
+        config = dataclasses.replace(self, model=model,
+                                     optimization=OptimizationSettings(**optimization))
+        config.sources.update(sources)
+        return config
 
     def data_arguments(self):
         """What `pipelines.datasets.load_pairs` needs after the dataset and split."""
-        return dict(src_lang=self.src_lang, tgt_lang=self.tgt_lang, data_dir=self.data_dir,
-                    source_dir=self.source_dir,
-                    text_files={"train": (self.train_src, self.train_tgt),
-                                "dev": (self.dev_src, self.dev_tgt)})
+        data = self.data
+        return dict(src_lang=data.src_lang, tgt_lang=data.tgt_lang, data_dir=data.data_dir,
+                    source_dir=data.source_dir,
+                    text_files={"train": (data.train_src, data.train_tgt),
+                                "dev": (data.dev_src, data.dev_tgt)})
 
     def prepared_data_arguments(self):
         """What `pipelines.datasets.prepare_training_data` needs after the dataset."""
-        return dict(src_lang=self.src_lang, tgt_lang=self.tgt_lang, cache_dir=self.data_cache,
-                    vocab_size=self.vocab_size, seed=self.seed, max_length=self.max_length,
-                    shard_pairs=self.shard_pairs, data_dir=self.data_dir,
-                    source_dir=self.source_dir, text_files=self.data_arguments()["text_files"])
+        data = self.data
+        return dict(src_lang=data.src_lang, tgt_lang=data.tgt_lang, cache_dir=data.data_cache,
+                    vocab_size=data.vocab_size, seed=self.seed, max_length=data.max_length,
+                    shard_pairs=data.shard_pairs, data_dir=data.data_dir,
+                    source_dir=data.source_dir, text_files=self.data_arguments()["text_files"])
 
     def continued(self, requested):
-        """This (saved, resolved) config continued with `requested`, the config of a command
-        that resumes the run: the saved architecture and settings win, `requested` may change
-        the resumable keys and the run's location. A key `requested` leaves at None keeps its
-        saved value; any other difference raises ConfigError naming every such key."""
-        saved, asked = self.to_dict(), requested.to_dict()
-        changed = {}
-        for key, value in asked.items():
-            if key in RESUMABLE_KEYS or key in LOCATION_KEYS:
-                if value is not None:
-                    saved[key] = value
+        """This saved (resolved) config, continued by a command that resumes the run: the
+        values `requested` was given explicitly (flags, a file, arguments) may change the
+        resumable settings and the run's location; any other explicit value that differs
+        raises ConfigError naming every such key. Everything else keeps the run's value."""
+        keys = type(self).keys()
+        saved, changes, changed = self.values(), {}, {}
+        for key in requested.sources:
+            if key not in keys or requested.sources[key] == PRESET:
                 continue
-            if value is None or key == "architecture":
-                continue
-            old = saved["architecture"][key] if key in ARCHITECTURE_KEYS else saved[key]
-            if value != old:
-                changed[key] = (old, value)
+            value, meta = getattr(requested, key), keys[key][1].metadata
+            if meta["resumable"] or meta["location"]:
+                changes[key] = value
+            elif value != saved[key]:
+                changed[key] = (saved[key], value)
         if changed:
             details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
+            resumable = sorted(k for k, v in keys.items() if v[1].metadata["resumable"])
             raise ConfigError(
                 f"this run was trained with a different config ({details}); only "
-                f"{', '.join(sorted(RESUMABLE_KEYS))} may change when it resumes. Train into "
-                "another output directory, or delete this one to start over.")
-        return TrainConfig(**saved)
+                f"{', '.join(resumable)} may change when it resumes. Train into another output "
+                "directory, or delete this one to start over.")
+        # Unmarked values are the run's own; the changes say where they came from.
+        return type(self).from_values({**saved, **changes},
+                                      {key: requested.sources[key] for key in changes})
 
-
-def field_names():
-    return [field.name for field in dataclasses.fields(TrainConfig)]
+    @classmethod
+    def from_document(cls, document, where):
+        """A config from a saved config.json document (this format or an older one)."""
+        document = dict(document)
+        version = document.pop("format_version", 1)
+        if not isinstance(version, int) or version > cls.FORMAT_VERSION:
+            raise ConfigError(f"{where} has format version {version!r}, newer than this "
+                              f"keras-transformer reads ({cls.FORMAT_VERSION}): upgrade it.")
+        if version < 3:  # flat keys, the architecture in one mapping beside them
+            architecture = document.pop("architecture", None) or {}
+            for key in ("num_layers", "d_model", "num_heads", "d_ff", "key_dim", "value_dim",
+                        "dropout", "norm_first", "positional"):
+                if key in architecture:
+                    document[key] = architecture[key]
+            if architecture.get("max_length") is not None:
+                document["max_positions"] = architecture["max_length"]
+        return cls.from_values(cls.flatten(document, where))
 
 
 def load_config_file(path):
-    """Reads a YAML or JSON config file into a dict, rejecting unknown keys by name."""
+    """Reads a YAML or JSON config file into {setting: value} (sections or flat keys),
+    refusing unknown keys by name."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise ConfigError(f"Config file not found: {path}")
@@ -224,18 +318,20 @@ def load_config_file(path):
     if not isinstance(values, dict):
         raise ConfigError(f"{path}: expected a mapping of config keys, got "
                           f"{type(values).__name__}")
-    unknown = sorted(set(values) - set(field_names()))
-    if unknown:
-        raise ConfigError(f"{path}: unknown config key(s) {', '.join(map(repr, unknown))}. "
-                          f"Known keys: {', '.join(field_names())}.")
-    return values
+    return TrainConfig.flatten(values, str(path))
 
 
-def make_config(file=None, **overrides):
-    """Config from an optional file, then keyword overrides (None values are ignored)."""
+def make_config(file=None, *, config_class=TrainConfig, origin=GIVEN, **overrides):
+    """A config from an optional file, then flat keyword overrides (None values are ignored).
+    The sources say which came from the file and which from the overrides (`origin`: "flag"
+    for the command line)."""
     values = load_config_file(file) if file else {}
-    unknown = sorted(set(overrides) - set(field_names()))
-    if unknown:
-        raise ConfigError(f"Unknown config key(s): {', '.join(map(repr, unknown))}.")
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return TrainConfig(**values)
+    sources = {key: FILE for key in values}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    values.update(overrides)
+    sources.update({key: origin for key in overrides})
+    return config_class.from_values(values, sources)
+
+
+__all__ = ["DataSettings", "FILE", "FLAG", "ModelSettings", "OptimizationSettings",
+           "RunSettings", "TrainConfig", "load_config_file", "make_config"]

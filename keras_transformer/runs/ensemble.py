@@ -6,7 +6,9 @@ en-de recipe trains three), decoded together as one `models.Ensemble`.
 
 The members must share their vocabulary (the same pieces in the same order: runs that built
 it from the same data with the same settings do); `vocabulary()` checks it and names the
-member that differs. The ensemble's own files (summaries, hypotheses) live in RUN_DIR.
+member that differs. The ensemble's own files (summaries, hypotheses, decoding.json) live in
+RUN_DIR; `EnsembleRun.member_directory(RUN_DIR, NAME)` is the one place that spells a member's
+path.
 """
 
 import pathlib
@@ -58,6 +60,15 @@ class EnsembleRun(Run):
     def __repr__(self):
         return f"EnsembleRun({str(self.directory)!r}, {len(self.members)} members)"
 
+    @staticmethod
+    def member_directory(directory, name):
+        """The directory of member `name` of the ensemble in `directory`
+        (DIRECTORY/members/NAME), whether or not it exists yet."""
+        name = str(name)
+        if not name or name in (".", "..") or "/" in name or "\\" in name:
+            raise ValueError(f"{name!r} is not a member name (a plain folder name).")
+        return pathlib.Path(directory) / MEMBERS / name
+
     @property
     def config(self):
         """The first member's config (the members share data, languages and max_length)."""
@@ -103,6 +114,20 @@ class EnsembleRun(Run):
                            f"load ({path}); choose each member's weights in its own run.")
         self.vocabulary()
         return Ensemble([member.load_model(prefer_averaged) for member in self.members])
+
+    def save_decoding(self, **choices):
+        """Saves the ensemble's decoding choices in its own directory (`Run.save_decoding`).
+        It has no single model file: "model" must be absent or None (each member decodes with
+        its own averaged.keras, else model.keras)."""
+        if choices.get("model") is not None:
+            raise RunError(f"{self.directory} is an ensemble: it has no single model file to "
+                           f"choose ({choices['model']}); choose each member's weights in its "
+                           "own run.")
+        return super().save_decoding(**choices)
+
+    def decoding_model_path(self):
+        """None: an ensemble has no single model file (`load_model` loads each member's)."""
+        return None
 
     def build_model(self):
         raise RunError(f"{self.directory} is an ensemble of trained runs: train its members.")

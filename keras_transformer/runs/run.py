@@ -6,56 +6,43 @@
     run.load_model()            # averaged.keras if present, else model.keras
     model, paths = run.average(last_k=5)
     run.save_model(model, averaged=True)
+    run.save_decoding(model="averaged.keras", weights="average of the last 5 checkpoints",
+                      beam_size=4, alpha=1.0, chosen_by="the main job, on val")
+    run.decoding()              # those choices; run.decoding_model_path(): the file to decode
 
 Layout of a run directory (format version 2):
 
     config.json         format version, the resolved architecture and training settings
     vocab/spm.model     the shared subword vocabulary (from the prepared data); vocab/spm.json
                         says which
-    checkpoints/        ckpt-STEP.weights.h5 + ckpt-STEP.json (the last K are kept; below)
+    checkpoints/        ckpt-STEP.weights.h5 + ckpt-STEP.json, the last K kept (written and
+                        read by runs/checkpoints.py, which describes them)
     model.keras         the final weights of `train`
     averaged.keras      the weights chosen by `average` or by the main job
+    decoding.json       the decoding choices made for the run (`save_decoding`): {"format_version",
+                        "model" (a .keras file of the run, or null), "weights" (which weights
+                        those are, e.g. "average of the last 5 checkpoints"), "beam_size",
+                        "alpha", "chosen_by" (which command chose them, on which data)}; any key
+                        may be absent. An ensemble keeps its own in its top directory.
     logs/               TensorBoard logs
     *.json, hyp.*.txt   summaries and hypotheses that commands write
 
-Checkpoints are Keras' own weight files, the same on every backend (a checkpoint saved under
-JAX resumes under TensorFlow and the other way round):
-
-    ckpt-STEP.weights.h5  `model.save_weights`: every model weight and the compiled optimizer's
-                          variables (iteration count, Adam moments; under mixed_float16 also the
-                          LossScaleOptimizer's loss scale), stored by Keras' attribute paths
-                          (`encoder/...`, `optimizer/vars/N`)
-    ckpt-STEP.json        {"step", "data_position" (training batches read per input pipeline,
-                          or null), "weights" (the file name), "sha256" (of the weights file),
-                          "backend", "keras"}, written after the weights file
-
-A checkpoint counts only when both files are there. It is damaged when its JSON does not read,
-the weights file's SHA-256 differs from the recorded one (truncated, corrupt, empty) or HDF5
-cannot open it: `restore` then names it in a warning and uses the one before, `average` names
-it and skips it. Runs made before this format have TensorFlow checkpoints
-(`ckpt-STEP.index`, `ckpt-STEP.data-*`, listed as `checkpoints/ckpt-STEP`): under TensorFlow
-they still resume, average and convert (`convert_checkpoints`); under another backend they
-raise RunError. New saves always use the Keras format. This module imports TensorFlow only
-inside the functions that read those old checkpoints.
-
 Every file is written through the project's one atomic writer, `pipelines.files.atomic_path`
-(re-exported here with `write_text`, `write_bytes`, `write_json`; `save_keras` and
-`save_checkpoint` are on top of it): a reader never sees a half-written file, and a killed
-writer leaves only a hidden `.tmp-PID-NAME` that the next writer of that folder removes.
-TensorBoard logs are written by TensorBoard.
+(re-exported here with `write_text`, `write_bytes`, `write_lines`, `write_json`; `save_keras`
+is on top of it): a reader never sees a half-written file, and a killed writer leaves only a
+hidden `.tmp-PID-NAME` that the next writer of that folder removes. TensorBoard logs are
+written by TensorBoard.
 """
 
-import hashlib
 import json
 import logging
 import pathlib
-import re
-import typing
-import warnings
-
-import numpy as np
 
 from keras_transformer.errors import ConfigError, RunError
+from keras_transformer.runs.checkpoints import (  # noqa: F401  (Checkpoint: restore's result)
+    Checkpoint, average_checkpoints, checkpoint_step, choose_last, list_checkpoints,
+    read_data_position, restore_newest, save_checkpoint)
+from keras_transformer.runs.choices import read_choices, save_choices
 from keras_transformer.runs.config import TrainConfig
 from pipelines.files import (  # noqa: F401  (re-exported: the one writer)
     TEMPORARY_PREFIX, atomic_path, remove_stale_temporaries, temporary_path, write_bytes,
@@ -64,7 +51,7 @@ from pipelines.vocabulary import FILENAME as VOCABULARY_FILE, Vocabulary
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2  # 1: config.json held the preset's name only (no "architecture")
+FORMAT_VERSION = TrainConfig.FORMAT_VERSION  # of config.json
 
 
 def save_keras(model, path):
@@ -74,365 +61,19 @@ def save_keras(model, path):
     return pathlib.Path(path)
 
 
-# -- checkpoints ------------------------------------------------------------------------------
-
-WEIGHTS_SUFFIX = ".weights.h5"  # Keras insists on it
-_CHECKPOINT_FILE = re.compile(r"ckpt-(\d+)(\.weights\.h5|\.index)")
-_STEP = re.compile(r"ckpt-(\d+)(?:\.weights\.h5)?")
-
-
-class Checkpoint(typing.NamedTuple):
-    """A checkpoint that was read: its path, the optimizer step and the data position saved
-    with it (None when it has none)."""
-
-    path: str
-    step: int
-    data_position: typing.Optional[int]
-
-
-class _Damaged(Exception):
-    """A checkpoint that cannot be read (the message says why)."""
-
-
-def is_tensorflow_checkpoint(path):
-    """Whether `path` is a TensorFlow checkpoint of a run made before the Keras format."""
-    return not str(path).endswith(WEIGHTS_SUFFIX)
-
-
-def checkpoint_step(path):
-    """The step in a checkpoint's name (`ckpt-STEP.weights.h5` or `ckpt-STEP`)."""
-    match = _STEP.fullmatch(pathlib.Path(path).name)
-    if not match:
-        raise ValueError(f"{path} is not named like a checkpoint (ckpt-STEP{WEIGHTS_SUFFIX}).")
-    return int(match.group(1))
-
-
-def _sidecar(path):
-    """ckpt-STEP.json beside ckpt-STEP.weights.h5."""
-    return pathlib.Path(str(path)[:-len(WEIGHTS_SUFFIX)] + ".json")
-
-
-def _sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def list_checkpoints(directory):
-    """Paths of the checkpoints in `directory`, oldest first: complete Keras ones
-    (`ckpt-STEP.weights.h5` with its JSON) and TensorFlow ones (`ckpt-STEP`, whose .index is
-    there). Where both formats have a step, the Keras one is listed."""
-    directory = pathlib.Path(directory)
-    if not directory.is_dir():
-        return []
-    found = {}
-    for path in directory.iterdir():
-        match = _CHECKPOINT_FILE.fullmatch(path.name)
-        if not match:
-            continue
-        step = int(match.group(1))
-        if match.group(2) == WEIGHTS_SUFFIX:
-            if _sidecar(path).is_file():
-                found[step] = str(path)
-        else:
-            found.setdefault(step, str(directory / f"ckpt-{step}"))
-    return [found[step] for step in sorted(found)]
-
-
-def _delete_step(directory, step):
-    """Removes every file of the checkpoint at `step`, in both formats (the JSON first, so that
-    a half-deleted checkpoint no longer counts)."""
-    for name in (f"ckpt-{step}.json", f"ckpt-{step}{WEIGHTS_SUFFIX}", f"ckpt-{step}.index"):
-        (directory / name).unlink(missing_ok=True)
-    for path in directory.glob(f"ckpt-{step}.data-*"):
-        path.unlink(missing_ok=True)
-
-
-def save_checkpoint(model, directory, step, data_position=None, keep=None):
-    """Saves `model` (its weights and its compiled optimizer's variables) as
-    `directory/ckpt-STEP.weights.h5`, then its JSON; keeps the newest `keep` checkpoints
-    (None: all). A checkpoint already at `step` is replaced.
-
-    Returns:
-        the path of the weights file.
-    """
-    import keras
-
-    directory = pathlib.Path(directory)
-    remove_stale_temporaries(directory)
-    path = directory / f"ckpt-{step}{WEIGHTS_SUFFIX}"
-    _sidecar(path).unlink(missing_ok=True)
-    with atomic_path(path) as temporary:  # .tmp-PID-ckpt-STEP.weights.h5: the suffix stays
-        model.save_weights(temporary)
-        digest = _sha256(temporary)
-    write_json(_sidecar(path), {
-        "step": int(step), "data_position": None if data_position is None else int(data_position),
-        "weights": path.name, "sha256": digest, "backend": keras.backend.backend(),
-        "keras": keras.__version__})
-    if keep:
-        _prune(directory, keep)
-    return str(path)
-
-
-def _prune(directory, keep):
-    paths = list_checkpoints(directory)
-    for path in paths[:-keep]:
-        _delete_step(directory, checkpoint_step(path))
-    # Weights whose JSON never came (the writer was killed between the two) before the newest.
-    newest = checkpoint_step(paths[-1]) if paths else None
-    for path in directory.glob(f"ckpt-*{WEIGHTS_SUFFIX}"):
-        if not _sidecar(path).is_file() and newest is not None and checkpoint_step(path) < newest:
-            path.unlink(missing_ok=True)
-    if not any(directory.glob("ckpt-*.index")):
-        (directory / "checkpoint").unlink(missing_ok=True)  # TensorFlow's index of its ones
-
-
-def _read_sidecar(path):
-    """The JSON of Keras checkpoint `path`; _Damaged when it does not read."""
-    sidecar = _sidecar(path)
-    try:
-        info = json.loads(sidecar.read_text(encoding="utf-8"))
-        step, position, digest = info["step"], info["data_position"], info["sha256"]
-        if not (isinstance(step, int) and isinstance(digest, str)
-                and (position is None or isinstance(position, int))):
-            raise TypeError("step, data_position or sha256 has the wrong type")
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
-        raise _Damaged(f"{sidecar.name} does not read: {type(error).__name__}: "
-                       f"{_first_line(error)}") from None
-    return info
-
-
-def _check_keras_checkpoint(path):
-    """The JSON of Keras checkpoint `path` after checking the weights file against it, and
-    the names of the datasets in the weights file; _Damaged when either is not sound."""
-    import h5py
-
-    info = _read_sidecar(path)
-    try:
-        digest = _sha256(path)
-    except OSError as error:
-        raise _Damaged(f"{type(error).__name__}: {_first_line(error)}") from None
-    if digest != info["sha256"]:
-        raise _Damaged(f"its SHA-256 differs from the one in {_sidecar(path).name}: "
-                       "truncated or corrupt")
-    try:
-        names = []
-        with h5py.File(path, "r") as handle:
-            handle.visititems(
-                lambda name, item: names.append(name) if isinstance(item, h5py.Dataset) else None)
-    except (OSError, RuntimeError, KeyError, ValueError) as error:
-        raise _Damaged(f"HDF5 cannot read it: {_first_line(error)}") from None
-    return info, names
-
-
-def _load_keras_checkpoint(model, path, optimizer):
-    """Loads Keras checkpoint `path` into `model` (and, with `optimizer`, into its compiled
-    optimizer). Returns its JSON. _Damaged when it does not read; RunError when it does not
-    hold this model's weights (or, with `optimizer`, its optimizer's variables)."""
-    info, names = _check_keras_checkpoint(path)
-    stored = sum(1 for name in names if not name.startswith("optimizer/"))
-    if stored != len(model.weights):
-        raise RunError(f"{path} does not hold the weights of this model ({stored} weights in "
-                       f"the file, {len(model.weights)} in the model): it comes from another "
-                       "architecture.")
-    compiled = getattr(model, "optimizer", None)
-    skip = []
-    if optimizer:
-        if compiled is None:
-            raise ValueError("Restoring a checkpoint needs a compiled model.")
-        if not compiled.built:
-            compiled.build(model.trainable_variables)
-        if not any(name.startswith("optimizer/") for name in names):
-            raise RunError(f"{path} holds no optimizer state: it cannot resume training.")
-    elif compiled is not None:
-        skip = [compiled]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            model.load_weights(path, objects_to_skip=skip)
-        except ValueError as error:
-            raise RunError(f"{path} does not hold the weights of this model: "
-                           f"{_first_line(error)}") from None
-    for warning in caught:
-        if "Skipping variable loading for optimizer" in str(warning.message):
-            raise RunError(f"{path} does not hold the state of this optimizer "
-                           f"({_first_line(warning.message)}): it was saved with other "
-                           "optimizer settings (precision, gradient accumulation).")
-        warnings.warn_explicit(warning.message, warning.category, warning.filename,
-                               warning.lineno)
-    return info
-
-
-# -- TensorFlow checkpoints of runs made before the Keras format ------------------------------
-
-
-def _require_tensorflow(path):
-    import keras
-
-    if keras.backend.backend() != "tensorflow":
-        raise RunError(
-            f"{path} is a TensorFlow checkpoint (a run made before checkpoints were Keras "
-            f"weight files) and the Keras backend is {keras.backend.backend()!r}: resume, "
-            "average or convert the run under TensorFlow first (KERAS_BACKEND=tensorflow; "
-            "`Run.convert_checkpoints`), which saves checkpoints every backend reads.")
-
-
-def _tensorflow_damage():
-    """What reading a damaged TensorFlow checkpoint raises: a truncated data file gives
-    IndexError ("Read less bytes than requested"), a corrupt one DataLossError or another
-    OpError."""
-    import tensorflow as tf
-
-    return (tf.errors.OpError, IndexError, ValueError, OSError)
-
-
-def model_variables(model):
-    """{path inside the model: tf.Variable} for every weight of `model` (TensorFlow
-    checkpoints).
-
-    Keras 3 keeps lists of sublayers (a stack's layers) and the optimizer's slot lists out of
-    TensorFlow's object graph, so `tf.train.Checkpoint(model=model)` would silently save only
-    some weights. TensorFlow checkpoints therefore named every variable explicitly, by its
-    Keras path without the model's own (auto-numbered) name.
-    """
-    variables = {}
-    for weight in model.weights:
-        key = weight.path.split("/", 1)[1] if "/" in weight.path else weight.path
-        if key in variables:
-            raise ValueError(f"Two model weights share the path {key!r}.")
-        variables[key] = weight.value
-    return variables
-
-
-def training_checkpoint(model, optimizer=None):
-    """A `tf.train.Checkpoint` of all model weights and, if given, all optimizer variables
-    (step, Adam moments), the latter by position: how runs made before the Keras format
-    saved (TensorFlow backend only)."""
-    import tensorflow as tf
-
-    if optimizer is None:
-        return tf.train.Checkpoint(model=model_variables(model))
-    return tf.train.Checkpoint(model=model_variables(model),
-                               optimizer=[v.value for v in optimizer.variables])
-
-
-def _missing_weights(path, model):
-    import tensorflow as tf
-
-    # Checkpoint keys spell "/" inside a name as ".S".
-    stored = {name.split("/.ATTRIBUTES")[0].replace(".S", "/")
-              for name, _ in tf.train.list_variables(str(path))}
-    missing = [key for key in model_variables(model) if f"model/{key}" not in stored]
-    return RunError(
-        f"{path} does not hold every weight of this model ({len(missing)} missing, e.g. "
-        f"{missing[:2]}): it comes from another architecture or from an older "
-        "keras-transformer whose checkpoints were incomplete.")
-
-
-def _load_tensorflow_checkpoint(model, path, optimizer):
-    """Loads TensorFlow checkpoint `path` into `model` (and its optimizer, with `optimizer`)."""
-    _require_tensorflow(path)
-    checkpoint = training_checkpoint(model, model.optimizer if optimizer else None)
-    try:
-        # expect_partial: the data position is read on its own.
-        checkpoint.read(str(path)).expect_partial().assert_existing_objects_matched()
-    except AssertionError:
-        raise _missing_weights(path, model) from None
-    except _tensorflow_damage() as error:
-        raise _Damaged(f"{type(error).__name__}: {_first_line(error)}") from None
-
-
-def _tensorflow_data_position(path):
-    import tensorflow as tf
-
-    key = "data_position/.ATTRIBUTES/VARIABLE_VALUE"
-    try:
-        if key not in dict(tf.train.list_variables(str(path))):
-            return None
-        return int(tf.train.load_variable(str(path), key))
-    except _tensorflow_damage() as error:
-        raise _Damaged(f"{type(error).__name__}: {_first_line(error)}") from None
-
-
-# -- reading checkpoints, either format -------------------------------------------------------
-
-
-def restore_checkpoint(model, path):
-    """Restores `model`'s weights and its compiled optimizer's variables from `path`.
-
-    Returns:
-        a `Checkpoint`. Raises _Damaged when it does not read, RunError when it does not match.
-    """
-    if is_tensorflow_checkpoint(path):
-        _load_tensorflow_checkpoint(model, path, optimizer=True)
-        return Checkpoint(str(path), checkpoint_step(path), _tensorflow_data_position(path))
-    info = _load_keras_checkpoint(model, path, optimizer=True)
-    return Checkpoint(str(path), info["step"], info["data_position"])
-
-
-def read_data_position(path):
-    """The data position saved with checkpoint `path`, or None when it has none."""
-    try:
-        if is_tensorflow_checkpoint(path):
-            _require_tensorflow(path)
-            return _tensorflow_data_position(path)
-        return _read_sidecar(path)["data_position"]
-    except _Damaged as error:
-        raise RunError(f"checkpoint {path} is damaged ({error}).") from None
-
-
-def average_checkpoints(model, paths, skip_damaged=False):
-    """Sets `model`'s weights to the element-wise mean of its weights in `paths` (optimizer
-    state is not read).
-
-    Args:
-        skip_damaged: a checkpoint that cannot be read is named in a warning and left out
-            (otherwise RunError names it).
-
-    Returns:
-        the paths averaged.
-    """
-    total, used = None, []
-    for path in paths:
-        try:
-            if is_tensorflow_checkpoint(path):
-                _load_tensorflow_checkpoint(model, path, optimizer=False)
-            else:
-                _load_keras_checkpoint(model, path, optimizer=False)
-        except _Damaged as error:
-            if not skip_damaged:
-                raise RunError(f"checkpoint {path} is damaged ({error}).") from None
-            log.warning("checkpoint %s is damaged (%s); skipped", path, error)
-            continue
-        weights = [w.astype(np.float64) for w in model.get_weights()]
-        total = weights if total is None else [t + w for t, w in zip(total, weights)]
-        used.append(path)
-    if not used:
-        raise RunError("No readable checkpoints to average.")
-    mean = [(t / len(used)) for t in total]
-    model.set_weights([m.astype(w.dtype) for m, w in zip(mean, model.get_weights())])
-    return used
-
-
-def _first_line(error):
-    return (str(error).splitlines() or [""])[0][:200]
-
-
-# -- the run ----------------------------------------------------------------------------------
-
-
 class Run:
-    """A training run directory: its layout, saved config, vocabulary, models and checkpoints.
+    """A training run directory: its layout, saved config, vocabulary, models, decoding
+    choices, and (through runs/checkpoints.py) its checkpoints.
 
     Args:
         directory: the run directory (it need not exist yet for a new run).
     """
 
+    config_class = TrainConfig  # what config.json holds
     CONFIG = "config.json"
     MODEL = "model.keras"
     AVERAGED = "averaged.keras"
+    DECODING = "decoding.json"
     CHECKPOINTS = "checkpoints"
     VOCABULARY = "vocab"
 
@@ -459,6 +100,10 @@ class Run:
         return self.directory / self.AVERAGED
 
     @property
+    def decoding_path(self):
+        return self.directory / self.DECODING
+
+    @property
     def checkpoint_dir(self):
         return self.directory / self.CHECKPOINTS
 
@@ -477,7 +122,7 @@ class Run:
 
     def file(self, name):
         """A file that a command writes into the run (summaries, hypotheses)."""
-        if "/" in name or name in (self.CONFIG, self.MODEL, self.AVERAGED):
+        if "/" in name or name in (self.CONFIG, self.MODEL, self.AVERAGED, self.DECODING):
             raise ValueError(f"{name!r} is not a free file name inside a run directory.")
         return self.directory / name
 
@@ -497,6 +142,8 @@ class Run:
         return self._config
 
     def read_config(self):
+        """The saved config.json (this format or an older one: `TrainConfig.from_document`),
+        with the run's current directory as its output_dir, resolved."""
         if not self.config_path.is_file():
             raise RunError(f"{self.directory} is not a training run directory (no "
                            f"{self.CONFIG}).")
@@ -504,25 +151,24 @@ class Run:
             values = json.loads(self.config_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise RunError(f"{self.config_path} is damaged (not JSON: {error}).") from None
-        version = values.pop("format_version", 1)
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise RunError(f"{self.config_path} has format version {version!r}, newer than "
-                           f"this keras-transformer reads ({FORMAT_VERSION}): upgrade it.")
+        if not isinstance(values, dict):
+            raise RunError(f"{self.config_path} is damaged (not a mapping of settings).")
         try:
-            config = TrainConfig(**values)
-        except (TypeError, ConfigError) as error:
+            config = self.config_class.from_document(values, str(self.config_path))
+        except ConfigError as error:
             raise RunError(f"{self.config_path}: {error}") from None
-        if version == 1 and config.architecture is None:
+        if "architecture" not in values and "model" not in values:
             log.info("%s is a format-1 run: its architecture comes from today's preset %r",
                      self.directory, config.preset)
         # The directory may have moved since: it is where the run is now.
-        config.output_dir = str(self.directory)
+        config = config.replaced(output_dir=str(self.directory))
+        config.sources.clear()
         return config.resolved()
 
     def save_config(self, config):
-        """Writes the resolved config with the format version."""
+        """Writes the resolved config: one mapping per section and the format version."""
         config = config.resolved()
-        write_json(self.config_path, {"format_version": FORMAT_VERSION, **config.to_dict()})
+        write_json(self.config_path, config.to_dict())
         self._config = config
         return config
 
@@ -601,6 +247,8 @@ class Run:
         and present), else model.keras."""
         import keras
 
+        from keras_transformer.models import transformer  # noqa: F401  (registers its layers)
+
         path = pathlib.Path(path) if path else self.model_file(prefer_averaged)
         if not path.is_file():
             raise RunError(f"{path} not found: is {self.directory} a finished training run?")
@@ -621,7 +269,43 @@ class Run:
     def has_model(self):
         return self.model_path.is_file()
 
-    # Checkpoints.
+    # The decoding choices.
+    def decoding(self):
+        """The decoding choices saved for the run (decoding.json, runs/choices.py): a dict of
+        some of "model", "weights", "beam_size", "alpha", "chosen_by"; {} when none were
+        saved. RunError names the file when it is damaged or newer than this version."""
+        return read_choices(self.decoding_path)
+
+    def save_decoding(self, **choices):
+        """Merges `choices` into the saved decoding choices and writes decoding.json
+        atomically with its format version.
+
+        Args:
+            model: the file name of the model to decode with, inside the run (e.g.
+                "averaged.keras"), or None.
+            weights: which weights that file holds (e.g. "average of the last 5 checkpoints").
+            beam_size: the beam size (an int of at least 1).
+            alpha: the length penalty's alpha (a number of at least 0, saved as a float).
+            chosen_by: which command chose them, on which data (e.g. "main job, on val").
+
+        Returns:
+            the merged choices. ValueError names an unknown key or a bad value.
+        """
+        return save_choices(self.decoding_path, **choices)
+
+    def decoding_model_path(self):
+        """The model file to decode with: the one decoding.json names when it is there, else
+        `model_file()` (averaged.keras if present, else model.keras)."""
+        name = self.decoding().get("model")
+        if name:
+            path = self.directory / name
+            if path.is_file():
+                return path
+            log.warning("%s names %s, which is not in %s: using %s", self.decoding_path, name,
+                        self.directory, self.model_file().name)
+        return self.model_file()
+
+    # Checkpoints (runs/checkpoints.py reads and writes them).
     def save_checkpoint(self, model, step, data_position=None, keep=None, directory=None):
         """Saves `model` and its compiled optimizer as checkpoint `step` with the data position
         (training batches read per input pipeline) into the run's checkpoints (or
@@ -630,7 +314,8 @@ class Run:
                                keep)
 
     def checkpoints(self):
-        """Paths of the run's checkpoints, oldest first, both formats (`list_checkpoints`)."""
+        """Paths of the run's checkpoints, oldest first. RunError when the run holds
+        TensorFlow-format checkpoints of keras-transformer 0.2.0 or earlier."""
         return list_checkpoints(self.checkpoint_dir)
 
     checkpoint_step = staticmethod(checkpoint_step)
@@ -644,39 +329,7 @@ class Run:
             the `Checkpoint` (path, step, data position) restored from, or None when the run
             has no readable checkpoint.
         """
-        for path in reversed(self.checkpoints()):
-            try:
-                return restore_checkpoint(model, path)
-            except _Damaged as error:
-                log.warning("checkpoint %s is damaged (%s); using the one before it", path,
-                            error)
-        return None
-
-    def convert_checkpoints(self, model):
-        """Rewrites the run's TensorFlow checkpoints (runs made before the Keras format) as
-        Keras checkpoints, with their optimizer state and data position, and deletes them
-        (TensorFlow backend only). `model` is compiled as for training. A damaged one is
-        named and left as it is.
-
-        Returns:
-            the paths written.
-        """
-        written = []
-        for path in self.checkpoints():
-            if not is_tensorflow_checkpoint(path):
-                continue
-            try:
-                restored = restore_checkpoint(model, path)
-            except _Damaged as error:
-                log.warning("checkpoint %s is damaged (%s); not converted", path, error)
-                continue
-            written.append(self.save_checkpoint(model, restored.step, restored.data_position))
-            for old in (*self.checkpoint_dir.glob(f"ckpt-{restored.step}.data-*"),
-                        self.checkpoint_dir / f"ckpt-{restored.step}.index"):
-                old.unlink(missing_ok=True)
-        if not any(self.checkpoint_dir.glob("ckpt-*.index")):
-            (self.checkpoint_dir / "checkpoint").unlink(missing_ok=True)
-        return written
+        return restore_newest(model, self.checkpoint_dir)
 
     def average(self, last_k, model=None, every=1):
         """The mean of the weights of the last `last_k` checkpoints, taking every `every`-th
@@ -691,7 +344,7 @@ class Run:
         paths = self.checkpoints()
         if not paths:
             raise RunError(f"No checkpoints found in {self.checkpoint_dir}.")
-        chosen = paths[::-1][::every][:last_k][::-1]
+        chosen = choose_last(paths, last_k, every)
         if len(chosen) < last_k:
             log.warning("Asked to average %d checkpoints%s; %s has only %d.", last_k,
                         f" {every} apart" if every > 1 else "", self.checkpoint_dir,

@@ -6,70 +6,49 @@ a summary.
     keras-transformer demo --full          # the full recipe: an ensemble of three 5,500-step models
     keras-transformer demo --tgt-lang fr   # the same for English -> French (full: one model)
 
-The quick run (`make demo`) trains the recipe (settings below) with 2 layers instead of 3 and
-no dropout for 1,200 optimizer steps, the best on val in the step-budget sweep
-(benchmarks/recipe_sweep.py; figures by RECIPE below and in the README). The full run keeps
-the 3-layer model for 5,500 steps with P_drop 0.3 (en-fr: 0.2), the best measured on val; for
-en-de it trains two more models (3 layers with P_drop 0.2, 2 layers with P_drop 0.1) into
-RUN_DIR/members/ and decodes the three as an ensemble (ENSEMBLE_BY_TARGET). Each member's
-weights are chosen on val alone, then the ensemble's length penalty. Both are bounded by
-steps, not by the clock, so every machine trains the same model (a slower machine takes
-longer). Every choice the job makes (which checkpoints to average, the length
-penalty) is made on val; test2016 is decoded once, at the end, and only reported.
+The quick run (`make demo`) trains the recipe (settings below) with 2 layers and no dropout for
+1,200 optimizer steps. The full run keeps the 3-layer model for 5,500 steps with P_drop 0.3
+(en-fr: 0.2); for en-de it trains two more models into the ensemble's member directories and
+decodes the three as an ensemble (ENSEMBLE_BY_TARGET). Each member's weights are chosen on val
+alone, then the ensemble's length penalty. docs/results.md has the sweeps behind each choice.
+Both recipes are bounded by steps, not by the clock, so every machine trains the same model (a
+slower machine takes longer). Every choice the job makes is made on val and saved in the run
+(`Run.save_decoding`), so that translate, evaluate and export decode as the job did; test2016
+is decoded once, at the end, and only reported.
 """
 
 import logging
 import pathlib
 import time
 
-from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
+from keras_transformer.defaults import (EXPORT_DIR, MAX_LENGTH, TRAIN_TOKENS_PER_BATCH,
+                                        TRANSLATION, VOCAB_SIZE)
+from keras_transformer.tasks.tuning import (AVERAGE_CANDIDATES, ALPHAS, VAL_SENTENCES,  # noqa: F401
+                                           choose_alpha, choose_weights)
 
 log = logging.getLogger(__name__)
 
-# Settings both recipes share. Both are bounded by optimizer steps, never by the clock: every
-# machine trains the same model (a slower one takes longer). Checkpoints by steps only, so
+# Settings both recipes share. Checkpoints by steps only (the minutes' clock never fires), so
 # that the averaging candidates are evenly spaced.
-COMMON = dict(dataset="multi30k", tokens_per_batch=4096, max_length=MAX_LENGTH, eval_steps=500,
-              checkpoint_minutes=10_000, checkpoint_steps=100)
+COMMON = dict(dataset="multi30k", tokens_per_batch=TRAIN_TOKENS_PER_BATCH,
+              max_length=MAX_LENGTH, eval_steps=500, checkpoint_minutes=10_000,
+              checkpoint_steps=100)
 # The recipe: the `multi30k` preset (3 layers, d_model 256, d_ff 1024, 4 heads, P_drop 0.2;
-# 7.6M parameters with 8000 shared pieces), the paper's schedule with warmup 800. The quick run
-# (`make demo`) trains it with 2 layers (5.7M parameters) and no dropout for 1200 steps. On val
-# (greedy, first 500; benchmarks/recipe_sweep.py --steps 1200), final weights / the average of
-# the last 5 checkpoints: 3 layers 31.68 / 32.48 (66 minutes of training on the AVX2 AMD EPYC
-# with oneDNN off); 2 layers 34.52 / 34.07 (24.6 minutes, 1.23 s/step with oneDNN on); with
-# P_drop 0.1 35.22 / 35.66; with P_drop 0 31.57 / 36.72 (its final weights overfit, val
-# perplexity 9.02 against 7.63, but its checkpoints average best). 4000 or 10000 pieces did
-# worse than 8000. At the full 5500 steps the 3 layers win on val (en-de, best candidate):
-# P_drop 0.3 41.90, 0.2 41.52, and 2 layers with P_drop 0.1 40.22 (it overfits after step
-# 2000); with 0.3 the dev perplexity still falls at step 5100 (5.39), with 0.2 it is flat from
-# step 3400 (5.47). en-fr was trained and measured with the preset's P_drop 0.2 (0.3 not tried
-# there), so it keeps that.
-RECIPE = dict(COMMON, preset="multi30k", vocab_size=8000, warmup_steps=800)
+# 7.6M parameters with 8000 shared pieces) and the paper's schedule with warmup 800. The quick
+# run trains it with 2 layers (5.7M parameters) and no dropout; the full run with P_drop 0.3,
+# and en-fr keeps the 0.2 it was measured with.
+RECIPE = dict(COMMON, preset="multi30k", vocab_size=VOCAB_SIZE, warmup_steps=800)
 QUICK = dict(RECIPE, num_layers=2, dropout=0.0, train_steps=1200, keep_checkpoints=10)
 FULL = dict(RECIPE, dropout=0.3, train_steps=5500, keep_checkpoints=40)
 FULL_BY_TARGET = {"fr": dict(dropout=0.2)}  # changes to FULL for one target language
-# The full en-de recipe decodes an ensemble of three such models (the mean of their next-token
-# probabilities, `models.Ensemble`), trained one after the other into RUN_DIR/members/NAME
-# (`runs.EnsembleRun`) with FULL's settings and these changes. They are the three 5500-step variants above: alone
-# their best val candidates are 41.90, 41.52 and 40.22 (greedy, first 500); together, each
-# with the weights chosen alone, greedy 43.30 and beam 4 44.31 (alpha 1.4) against 42.69 for
-# the best single model. The two 3-layer models alone give 42.14 greedy, 43.11 beam: the
-# 2-layer model adds the most. A fourth member, the P_drop 0.3 model's own checkpoints
-# 3600-4000 averaged, added nothing (43.17 greedy). en-fr stays one model.
+# The full en-de recipe decodes an ensemble of three models (the mean of their next-token
+# probabilities, `models.Ensemble`), trained one after the other with FULL's settings and these
+# changes. en-fr stays one model.
 ENSEMBLE_BY_TARGET = {"de": (("l3-d0.3", {}), ("l3-d0.2", dict(dropout=0.2)),
                              ("l2-d0.1", dict(num_layers=2, dropout=0.1)))}
 # What a finished member run must have been trained with for the job to use it as is.
 MEMBER_CHECKS = ("train_steps", "vocab_size", "tokens_per_batch", "warmup_steps", "dataset",
                  "src_lang", "tgt_lang")
-
-# Weights tried on val: (k, j) = the average of the last k checkpoints taken j apart (every
-# j-th one counting back from the newest); (1, 1) is the final weights.
-AVERAGE_CANDIDATES = ((1, 1), (5, 1), (10, 1), (5, 2), (10, 2), (20, 1), (20, 2))
-# GNMT length penalties tried on val with the beam (paper: 0.6). On the quick model's val
-# (beam 4, first 500): 0.6 32.79, 1.0 33.44, 1.2 33.90, 1.4 34.09, then a cliff (1.6 28.90,
-# 1.8 20.80: long, repeating output); 1.8 is tried so that the choice is never the grid's edge.
-ALPHAS = (0.6, 1.0, 1.4, 1.8)
-VAL_SENTENCES = 500  # val sentences decoded to make those choices
 TRAIN_SUMMARY, SUMMARY = "train_summary.json", "summary.json"  # files the job adds to the run
 EXAMPLES = ["A little girl climbs into a wooden playhouse.",
             "Two men are playing chess in the park.",
@@ -106,72 +85,15 @@ def _check_member(run, config):
                        f"the recipe's.")
 
 
-def _label(k, every):
-    if k == 1:
-        return "final weights"
-    return f"average of the last {k} checkpoints" + (f", {every} apart" if every > 1 else "")
-
-
-def _choose_weights(run, sources, references):
-    """Final weights or an average of checkpoints (AVERAGE_CANDIDATES), whichever has the best
-    greedy sacreBLEU on the given val sentences. Returns (model, label, val scores)."""
-    from keras_transformer.decoding.translate import Translator
-    from keras_transformer.evaluation.bleu import score
-
-    config, tokenizer = run.config, run.vocabulary()
-    available = len(run.checkpoints())
-    results, best = {}, None
-    for k, every in AVERAGE_CANDIDATES:
-        if k > 1 and (k - 1) * every + 1 > available:
-            continue
-        label = _label(k, every)
-        if k == 1:
-            model = run.load_model(prefer_averaged=False)
-        else:
-            model, _ = run.average(k, every=every)
-        translator = Translator(model, tokenizer, beam_size=1,
-                                max_input_length=config.max_length)
-        bleu = score(translator.translate(sources), references)["sacrebleu"]
-        results[label] = bleu
-        print(f"  val (first {len(sources)} sentences, greedy): {label}: sacreBLEU {bleu:.2f}",
-              flush=True)
-        if best is None or bleu > best[2]:
-            best = (model, label, bleu)
-    return best[0], best[1], results
-
-
-def _choose_alpha(model, tokenizer, config, sources, references, beam):
-    """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given val
-    sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)})."""
-    import sacrebleu
-
-    from keras_transformer.decoding.translate import Translator
-
-    results, best = {}, None
-    for alpha in ALPHAS:
-        translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
-                                max_input_length=config.max_length)
-        bleu = sacrebleu.corpus_bleu(translator.translate(sources), [references])
-        results[alpha] = (round(bleu.score, 2), round(bleu.bp, 3))
-        print(f"  val (first {len(sources)} sentences, beam {beam}): alpha {alpha}: sacreBLEU "
-              f"{bleu.score:.2f} (brevity penalty {bleu.bp:.3f})", flush=True)
-        if best is None or bleu.score > best[1]:
-            best = (alpha, bleu.score)
-    return best[0], results
-
-
-def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="saved_models",
+def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EXPORT_DIR,
         train_steps=None):
     """Runs the main job; returns the summary dict (also written to RUN_DIR/summary.json)."""
     import keras
-    from pipelines.progress import progress_bar
 
     from keras_transformer.decoding.translate import Translator
-    from keras_transformer.evaluation.bleu import score
+    from keras_transformer.evaluation.evaluate import evaluate_split
     from keras_transformer.models import Ensemble
     from keras_transformer.runs import EnsembleRun, Run, make_config
-    from keras_transformer.runs.ensemble import MEMBERS
-    from keras_transformer.runs.run import write_lines
     from keras_transformer.training.trainer import train
     from pipelines import datasets
 
@@ -192,7 +114,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     # Per member (key None: the one model of a single-model job).
     member_runs, trainings, weights, val_scores = [], {}, {}, {}
     for number, (member, settings) in enumerate(specs, 1):
-        directory = run_dir / MEMBERS / member if member else run_dir  # runs.ensemble's layout
+        directory = EnsembleRun.member_directory(run_dir, member) if member else run_dir
         which = f" member {number}/{len(specs)} ({member})" if member else ""
         config = make_config(None, src_lang=src_lang, tgt_lang=tgt_lang,
                              output_dir=str(directory), **settings)
@@ -224,7 +146,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     for (member, _), member_run in zip(specs, member_runs):
         if member:
             print(f"  member {member}:", flush=True)
-        model, weights[member], val_scores[member] = _choose_weights(
+        model, weights[member], val_scores[member] = choose_weights(
             member_run, dev_sources[:VAL_SENTENCES], dev_references[:VAL_SENTENCES])
         averaged = member_run.save_model(model, averaged=True)
         print(f"chosen{f' for {member}' if member else ''}: {weights[member]} -> {averaged}",
@@ -237,11 +159,17 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     else:
         chosen = summary["weights"] = weights[None]
         summary["val_greedy_sacrebleu"] = val_scores[None]
-    alpha, alpha_scores = _choose_alpha(model, tokenizer, config, dev_sources[:VAL_SENTENCES],
-                                        dev_references[:VAL_SENTENCES], beam)
+    alpha, alpha_scores = choose_alpha(model, tokenizer, config.max_length,
+                                       dev_sources[:VAL_SENTENCES],
+                                       dev_references[:VAL_SENTENCES], beam)
     summary["alpha"] = alpha
     summary["val_beam_sacrebleu_by_alpha"] = {str(a): v for a, v in alpha_scores.items()}
-    print(f"chosen: alpha {alpha}", flush=True)
+    # The run remembers the choices: translate, evaluate and export decode as the job does.
+    chosen_by = f"keras-transformer demo on val (first {VAL_SENTENCES} sentences)"
+    top.save_decoding(beam_size=beam, alpha=alpha, chosen_by=chosen_by,
+                      **({"weights": chosen} if ensemble else
+                         {"weights": chosen, "model": top.averaged_path.name}))
+    print(f"chosen: alpha {alpha} (saved in {top.decoding_path})", flush=True)
 
     print(f"== 3/5 test2016 with beam {beam}, alpha {alpha}", flush=True)
     translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
@@ -250,14 +178,11 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir="s
     splits = (("dev", "val"), ("test", "test2016")) if full else (("test", "test2016"),)
     for split, key in splits:
         sources, references = texts[split]
-        with progress_bar(total=len(sources), unit=" sentences",
-                          desc=f"{key} beam {beam}") as bar:
-            hypotheses = translator.translate(sources, progress=bar)
-        write_lines(top.hypotheses_path(key, beam), hypotheses)
         official = datasets.official_tokenized_references(config.dataset, split,
                                                           config.tgt_lang, config.source_dir)
-        result = score(hypotheses, references, lang=config.tgt_lang,
-                       tokenized_references=official)
+        result = evaluate_split(translator, sources, references, lang=config.tgt_lang,
+                                official_references=official,
+                                output=top.hypotheses_path(key, beam), desc=f"{key} beam {beam}")
         summary[key] = {k: result[k] for k in ("sacrebleu", "chrf", "tokenized_bleu",
                                                "literature_bleu", "literature_references",
                                                "sacrebleu_signature")}
@@ -318,7 +243,7 @@ def _export_and_show(summary, model, run, config, export_dir, name, beam, alpha)
     absl_logging.set_verbosity(absl_logging.WARNING)
     print(f"== 4/5 SavedModel export -> {export_dir}/{name}/", flush=True)
     path = export_saved_model(model, run.tokenizer(), pathlib.Path(export_dir) / name,
-                              max_input_length=config.max_length)
+                              max_input_length=config.max_length, beam_size=beam, alpha=alpha)
     summary["saved_model"] = str(path)
     print(f"exported to {path}", flush=True)
 

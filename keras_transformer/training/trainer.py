@@ -13,7 +13,6 @@ data position is a batch number of a deterministic stream, so a resumed run sees
 batches an uninterrupted one would have, without replaying those before.
 """
 
-import json
 import logging
 import math
 import re
@@ -62,8 +61,11 @@ def train(config):
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = make_strategy(config.strategy, config.num_replicas)
     chief = is_chief(strategy)
-    print("effective config:\n" + json.dumps(config.to_dict(), indent=2, sort_keys=True),
-          flush=True)
+    if run.is_run():
+        print(f"resuming {run.directory} with its saved settings"
+              + (f" (changed: {', '.join(sorted(config.sources))})" if config.sources else ""),
+              flush=True)
+    print(config.describe(), flush=True)
     if on_tensorflow():
         print(hardware.kernel_summary(), flush=True)
     if chief:

@@ -47,6 +47,27 @@ def test_every_batch_fits_the_budget_on_both_sides(pad_to_bucket):
     assert real / total > 0.8
 
 
+@pytest.mark.parametrize("pad_to_bucket", [False, True])
+def test_tf_data_bucketing_cuts_the_batches_the_plan_cuts(pad_to_bucket):
+    """The tf.data step and the prepared data's plan (here its dev batches) group the same
+    pairs into batches of the same padded shapes, given the same lengths."""
+    from pipelines.prepared import batches_of_pairs
+
+    budget, max_length = 600, 100
+    ids = [(s, t) for s, t in random_pairs(1500, seed=2, max_len=99)
+           if len(s) + 1 <= max_length and len(t) + 2 <= max_length]
+    with_specials = [(s + [EOS_ID], [BOS_ID] + t + [EOS_ID]) for s, t in ids]
+    step = batching.bucket_by_length(budget, max_length, pad_to_bucket=pad_to_bucket,
+                                     pool_size=len(ids), shuffle_buffer=0)  # one pool, in order
+    cut_by_tf = list(as_dataset(with_specials).apply(step).as_numpy_iterator())
+    planned, left_out = batches_of_pairs([s for s, _ in ids], [t for _, t in ids], budget,
+                                         max_length, pad_to_bucket=pad_to_bucket)
+    assert left_out == 0 and len(planned) == len(cut_by_tf) > 20
+    for (src, tgt), ((plan_src, plan_tgt_in), plan_labels) in zip(cut_by_tf, planned):
+        np.testing.assert_array_equal(src, plan_src)
+        np.testing.assert_array_equal(tgt, np.concatenate([plan_tgt_in, plan_labels[:, -1:]], 1))
+
+
 def test_boundaries_are_geometric():
     bounds = batching.geometric_boundaries(256, min_boundary=8, growth=1.1)
     assert bounds[0] == 8 and bounds[-1] == 256

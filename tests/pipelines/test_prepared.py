@@ -121,6 +121,23 @@ def test_pad_to_bucket_gives_shapes_from_the_bucket_table(toy_data):
         assert src.shape[0] == 256 // max(src.shape[1], tgt_in.shape[1] + 1)
 
 
+def test_fixed_shapes_for_xla_pad_the_same_batches(toy_data):
+    plain = prepared.BatchPlan(toy_data, 256, 32, seed=7, pad_to_bucket=True)
+    fixed = prepared.BatchPlan(toy_data, 256, 32, seed=7, pad_to_bucket=True, devices=2)
+    bounds, shapes = plain.bounds.tolist(), set()
+    for before, after in zip(plain.batches(0, plain.batches_per_epoch),
+                             fixed.batches(0, plain.batches_per_epoch)):
+        (src, tgt_in), labels = after
+        assert src.shape == tgt_in.shape == labels.shape and src.shape[1] in bounds
+        assert src.shape[0] % 2 == 0
+        shapes.add(src.shape)
+        for small, padded in zip(before[0] + (before[1],), after[0] + (after[1],)):
+            rows, width = small.shape
+            np.testing.assert_array_equal(padded[:rows, :width], small)
+            assert not padded[rows:].any() and not padded[:, width:].any()
+    assert len(shapes) <= len(bounds)
+
+
 def test_workers_read_disjoint_shards(toy_data):
     plans = [prepared.BatchPlan(toy_data, 256, 32, seed=7, worker=w, num_workers=2)
              for w in range(2)]

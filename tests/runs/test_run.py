@@ -1,10 +1,10 @@
 """The run directory: self-contained configs, resume after a move, a preset change or a damaged
-checkpoint, the vocabulary cache, atomic files, and the command line's error rule."""
+checkpoint, the vocabulary cache, the saved decoding choices, atomic files, and the command
+line's error rule."""
 
 import json
 import logging
 import os
-import pathlib
 import re
 import shutil
 
@@ -16,19 +16,21 @@ from keras_transformer.errors import ConfigError, RunError
 from keras_transformer.models import presets
 from keras_transformer.runs import Run
 from keras_transformer.runs.run import (FORMAT_VERSION, TEMPORARY_PREFIX, atomic_path,
-                                        average_checkpoints, remove_stale_temporaries,
-                                        restore_checkpoint, training_checkpoint, write_text)
+                                        remove_stale_temporaries, write_text)
 from keras_transformer.training import train
 from tests.conftest import RUNTIME_PRESET, toy_config
+
 
 def test_config_json_is_self_contained(tiny_run):
     saved = json.loads((tiny_run / "config.json").read_text())
     assert saved["format_version"] == FORMAT_VERSION
-    assert saved["architecture"] == {**saved["architecture"], "num_layers": 2, "d_model": 32,
-                                     "num_heads": 4, "d_ff": 64, "key_dim": 8, "value_dim": 8}
-    assert (saved["train_steps"], saved["warmup_steps"], saved["label_smoothing"]) == (20, 50, 0.1)
+    assert saved["model"] == {**saved["model"], "num_layers": 2, "d_model": 32,
+                              "num_heads": 4, "d_ff": 64, "key_dim": 8, "value_dim": 8}
+    training = saved["optimization"]
+    assert (training["train_steps"], training["warmup_steps"], training["label_smoothing"]) \
+        == (20, 50, 0.1)
     run = Run(tiny_run)
-    assert run.config.architecture == saved["architecture"]
+    assert run.config.to_dict()["model"] == {**saved["model"]}
     assert [os.path.basename(p) for p in run.checkpoints()] == [
         "ckpt-10.weights.h5", "ckpt-20.weights.h5"]
     assert [Run.checkpoint_step(p) for p in run.checkpoints()] == [10, 20]
@@ -109,13 +111,30 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_is_used(
 
 def test_a_format_1_run_still_loads(run_copy):
     path = run_copy / "config.json"
-    values = json.loads(path.read_text())
+    values = as_format_2(json.loads(path.read_text()))
     del values["format_version"], values["architecture"]
     path.write_text(json.dumps(values))
     run = Run(run_copy)
     assert run.config.architecture["d_model"] == 32  # from today's preset, all it recorded
     assert run.load_model().d_model == 32
     assert run.build_model().count_params() == run.load_model().count_params()
+
+
+def as_format_2(document):
+    """config.json as keras-transformer 0.2.0 (a53229c) wrote it from `document` (this
+    version's): flat keys, the architecture keys at the top mostly null, the resolved
+    architecture beside them."""
+    flat = {key: value for section in ("model", "data", "optimization", "run")
+            for key, value in document[section].items()}
+    architecture = {key: flat[key] for key in ("num_layers", "d_model", "num_heads", "d_ff",
+                                               "key_dim", "value_dim", "dropout", "norm_first",
+                                               "positional")}
+    if flat["max_positions"] is not None:
+        architecture["max_length"] = flat["max_positions"]
+    old = {"format_version": 2, **flat, **{key: None for key in architecture}}
+    del old["max_positions"]
+    old["architecture"] = architecture
+    return old
 
 
 def test_not_a_run_and_damaged_files_are_named(tmp_path, run_copy):
@@ -171,7 +190,7 @@ def test_cli_exit_status_user_errors_2_internal_errors_1(tmp_path, monkeypatch, 
     def broken(args):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(cli, "_presets", broken)
+    monkeypatch.setattr(cli.models, "presets", broken)
     assert cli.main(["presets"]) == 1
     assert "internal error: ZeroDivisionError: a bug (run again with --debug" in \
         capsys.readouterr().err
@@ -202,294 +221,74 @@ def test_a_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(
         np.testing.assert_array_equal(a, b)
 
 
-# -- checkpoints: Keras weight files, damage, old TensorFlow checkpoints, other backends --------
+# -- the decoding choices (decoding.json) -------------------------------------------------------
 
 
-def tiny_transformer(num_layers=1, compiled=True):
-    """The smallest Transformer (vocab 50, d_model 16), compiled with Keras' Adam and its
-    optimizer built, as training leaves it."""
-    import keras
-
-    from keras_transformer.models.transformer import Transformer
-
-    model = Transformer(vocab_size=50, num_layers=num_layers, d_model=16, num_heads=2, d_ff=32)
-    model.build()
-    if compiled:
-        model.compile(optimizer=keras.optimizers.Adam(1e-3), loss="mse")
-        model.optimizer.build(model.trainable_variables)
-    return model
-
-
-def set_distinct_values(model, seed, iterations):
-    """Gives every weight and optimizer variable values of its own (so a restore is seen)."""
-    rng = np.random.default_rng(seed)
-    for variable in model.weights + model.optimizer.variables:
-        if "int" in str(variable.dtype):
-            variable.assign(np.full(variable.shape, iterations, "int64"))
-        else:
-            variable.assign(rng.normal(size=variable.shape).astype("float32"))
-
-
-def all_values(model):
-    import keras
-
-    return [keras.ops.convert_to_numpy(v) for v in model.weights + model.optimizer.variables]
-
-
-def test_a_checkpoint_is_a_keras_weights_file_and_a_json_the_last_k_are_kept(tmp_path):
+def test_decoding_choices_round_trip_and_merge(tmp_path):
     run = Run(tmp_path / "run")
-    model = tiny_transformer()
-    for step in (1, 2, 3, 4):
-        set_distinct_values(model, step, step)
-        path = run.save_checkpoint(model, step, data_position=2 * step, keep=2)
-    assert path == str(run.checkpoint_dir / "ckpt-4.weights.h5")
-    assert sorted(os.listdir(run.checkpoint_dir)) == [
-        "ckpt-3.json", "ckpt-3.weights.h5", "ckpt-4.json", "ckpt-4.weights.h5"]
-    info = json.loads((run.checkpoint_dir / "ckpt-4.json").read_text())
-    assert (info["step"], info["data_position"], info["weights"]) == (4, 8, "ckpt-4.weights.h5")
-    assert (info["backend"], len(info["sha256"])) == ("tensorflow", 64)
-    assert [Run.data_position(p) for p in run.checkpoints()] == [6, 8]
-
-    restored = tiny_transformer()
-    assert run.restore(restored) == (path, 4, 8)
-    for got, saved in zip(all_values(restored), all_values(model)):
-        np.testing.assert_array_equal(got, saved)
-    assert int(restored.optimizer.iterations.numpy()) == 4
-
-    # A weights file whose JSON never came (a writer killed between the two) does not count,
-    # and goes at the next save.
-    orphan = run.checkpoint_dir / "ckpt-5.weights.h5"
-    shutil.copy(path, orphan)
-    assert run.checkpoints()[-1] == path
-    run.save_checkpoint(model, 6, keep=2)
-    assert not orphan.exists() and [Run.checkpoint_step(p) for p in run.checkpoints()] == [4, 6]
-    assert Run.data_position(run.checkpoints()[-1]) is None
+    assert run.decoding() == {}
+    first = run.save_decoding(model="averaged.keras", weights="average of the last 5 checkpoints",
+                              beam_size=4, alpha=1, chosen_by="the main job, on val")
+    assert first == {"model": "averaged.keras", "weights": "average of the last 5 checkpoints",
+                     "beam_size": 4, "alpha": 1.0, "chosen_by": "the main job, on val"}
+    assert isinstance(first["alpha"], float)
+    saved = json.loads(run.decoding_path.read_text(encoding="utf-8"))
+    assert saved == {"format_version": 1, **first}
+    assert Run(run.directory).decoding() == first
+    # A later choice changes its keys only.
+    merged = run.save_decoding(alpha=0.6, chosen_by="tune, on val")
+    assert merged == {**first, "alpha": 0.6, "chosen_by": "tune, on val"}
+    assert Run(run.directory).decoding() == merged
+    assert run.save_decoding(model=None)["model"] is None
+    assert [name for name in os.listdir(run.directory)] == ["decoding.json"]  # no temporaries
+    with pytest.raises(ValueError, match="'decoding.json' is not a free file name"):
+        run.file("decoding.json")
 
 
-def damage(path, how):
-    sidecar = pathlib.Path(str(path).replace(".weights.h5", ".json"))
-    if how == "truncated":
-        with open(path, "r+b") as handle:
-            handle.truncate(os.path.getsize(path) // 2)
-    elif how == "corrupt":  # bytes in the middle of the data: HDF5 alone would not notice
-        with open(path, "r+b") as handle:
-            handle.seek(os.path.getsize(path) // 2)
-            handle.write(b"\xff" * 64)
-    elif how == "empty":
-        open(path, "wb").close()
-    elif how == "bad json":
-        sidecar.write_text('{"step": 2, "data_po')
-    elif how == "json without its keys":
-        sidecar.write_text("{}")
+@pytest.mark.parametrize("choices, message", [
+    (dict(beam=4), r"unknown decoding choice\(s\) \['beam'\]"),
+    (dict(beam_size=0), "beam_size must be an integer of at least 1; got 0"),
+    (dict(beam_size=True), "beam_size must be an integer"),
+    (dict(alpha="high"), "alpha must be a number of at least 0; got 'high'"),
+    (dict(model="../other/model.keras"), "model must name a .keras file inside the run"),
+    (dict(model="model.h5"), "model must name a .keras file inside the run"),
+    (dict(weights=5), "weights must be a text or null; got 5"),
+])
+def test_bad_decoding_choices_are_named_and_nothing_is_written(tmp_path, choices, message):
+    run = Run(tmp_path)
+    run.save_decoding(beam_size=2)
+    with pytest.raises(ValueError, match=message):
+        run.save_decoding(**choices)
+    assert run.decoding() == {"beam_size": 2}
 
 
-@pytest.mark.parametrize("how", ["truncated", "corrupt", "empty", "bad json",
-                                 "json without its keys"])
-def test_a_damaged_checkpoint_is_named_and_the_one_before_used(tmp_path, caplog, how):
-    run = Run(tmp_path / "run")
-    model = tiny_transformer()
-    set_distinct_values(model, 1, 1)
-    first = run.save_checkpoint(model, 1, data_position=3)
-    expected = all_values(model)
-    set_distinct_values(model, 2, 2)
-    newest = run.save_checkpoint(model, 2, data_position=5)
-    damage(newest, how)
+@pytest.mark.parametrize("content, message", [
+    ('{"beam_size": 4, "alp', "is damaged \\(not JSON"),
+    ("[1, 2]", "is damaged \\(not a JSON object\\)"),
+    ('{"beam_size": 4}', "is damaged \\(no format_version\\)"),
+    ('{"format_version": 1, "beam_size": "four"}', "is damaged \\(beam_size must be"),
+    ('{"format_version": 9, "beam_size": 4}', "has format version 9, newer than"),
+])
+def test_a_damaged_decoding_file_raises_run_error_naming_it(tmp_path, content, message):
+    run = Run(tmp_path)
+    run.decoding_path.write_text(content, encoding="utf-8")
+    for action in (run.decoding, lambda: run.save_decoding(alpha=0.6),
+                   run.decoding_model_path):
+        with pytest.raises(RunError, match=re.escape(str(run.decoding_path)) + ".*" + message):
+            action()
 
-    restored = tiny_transformer()
+
+def test_the_decoding_model_is_the_chosen_file_else_averaged_else_final(tmp_path, caplog):
+    run = Run(tmp_path)
+    run.model_path.write_bytes(b"final")
+    assert run.decoding_model_path() == run.model_path
+    run.averaged_path.write_bytes(b"averaged")
+    assert run.decoding_model_path() == run.averaged_path
+    run.save_decoding(beam_size=4)  # no model chosen: the default
+    assert run.decoding_model_path() == run.averaged_path
+    run.save_decoding(model="model.keras", weights="the final weights")
+    assert run.decoding_model_path() == run.model_path
+    run.save_decoding(model="best.keras")  # named, but not there: the default, with a warning
     with caplog.at_level(logging.WARNING):
-        assert run.restore(restored) == (first, 1, 3)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(warnings) == 1 and newest in warnings[0] and "damaged" in warnings[0], warnings
-    for got, saved in zip(all_values(restored), expected):
-        np.testing.assert_array_equal(got, saved)
-
-    caplog.clear()
-    plain = tiny_transformer(compiled=False)
-    with caplog.at_level(logging.WARNING):
-        assert average_checkpoints(plain, run.checkpoints(), skip_damaged=True) == [first]
-    assert any(newest in r.getMessage() and "skipped" in r.getMessage() for r in caplog.records)
-    with pytest.raises(RunError, match=re.escape(f"checkpoint {newest} is damaged")):
-        average_checkpoints(plain, run.checkpoints())
-
-
-def test_a_checkpoint_of_another_model_raises_run_error_naming_it(tmp_path):
-    run = Run(tmp_path / "run")
-    path = run.save_checkpoint(tiny_transformer(num_layers=1), 1)
-    for other in (tiny_transformer(num_layers=2), tiny_transformer(num_layers=2, compiled=False)):
-        with pytest.raises(RunError, match=re.escape(path) + ".*does not hold the weights"):
-            average_checkpoints(other, [path], skip_damaged=True)
-    with pytest.raises(RunError, match=re.escape(path) + ".*does not hold the weights"):
-        run.restore(tiny_transformer(num_layers=2))
-    # A bigger model's file into a smaller model (Keras alone would load it silently).
-    bigger = Run(tmp_path / "bigger").save_checkpoint(tiny_transformer(num_layers=2), 1)
-    with pytest.raises(RunError, match=re.escape(bigger) + ".*weights in the file"):
-        average_checkpoints(tiny_transformer(num_layers=1), [bigger])
-    # Weights without optimizer state average, but do not resume training.
-    unresumable = Run(tmp_path / "plain").save_checkpoint(tiny_transformer(compiled=False), 1)
-    average_checkpoints(tiny_transformer(), [unresumable])
-    with pytest.raises(RunError, match="holds no optimizer state"):
-        Run(tmp_path / "plain").restore(tiny_transformer())
-
-
-def test_run_py_imports_tensorflow_only_inside_functions():
-    import ast
-
-    from keras_transformer.runs import run as run_module
-
-    imported = set()
-    for node in ast.parse(pathlib.Path(run_module.__file__).read_text()).body:
-        if isinstance(node, ast.Import):
-            imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            imported.add((node.module or "").split(".")[0])
-    assert "tensorflow" not in imported and "numpy" in imported
-
-
-def write_tensorflow_checkpoints(run):
-    """Rewrites `run`'s checkpoints as keras-transformer saved them before the Keras format:
-    tf.train checkpoints with the data position, kept by a CheckpointManager. Returns
-    {step: data position}."""
-    import tensorflow as tf
-
-    from keras_transformer.training import compile_model
-
-    model = run.build_model()
-    compile_model(model, run.config)
-    position = tf.Variable(0, dtype=tf.int64, trainable=False)
-    inner = training_checkpoint(model, model.optimizer)
-    manager = tf.train.CheckpointManager(
-        tf.train.Checkpoint(model=inner.model, optimizer=inner.optimizer,
-                            data_position=position),
-        str(run.checkpoint_dir), max_to_keep=5)
-    positions = {}
-    for path in run.checkpoints():
-        restored = restore_checkpoint(model, path)
-        position.assign(restored.data_position)
-        positions[restored.step] = restored.data_position
-        os.remove(path)
-        os.remove(path.replace(".weights.h5", ".json"))
-        manager.save(checkpoint_number=restored.step)
-    return positions
-
-
-@pytest.mark.slow
-def test_a_run_with_tensorflow_checkpoints_resumes_averages_and_converts(
-        run_copy, toy_corpus, capsys):
-    run = Run(run_copy)
-    keras_average, _ = run.average(2)
-    positions = write_tensorflow_checkpoints(run)
-    assert [os.path.basename(p) for p in run.checkpoints()] == ["ckpt-10", "ckpt-20"]
-    assert [Run.data_position(p) for p in run.checkpoints()] == [positions[10], positions[20]]
-    old_average, used = run.average(2)
-    assert [os.path.basename(p) for p in used] == ["ckpt-10", "ckpt-20"]
-    for a, b in zip(old_average.get_weights(), keras_average.get_weights()):
-        np.testing.assert_array_equal(a, b)
-
-    summary = train(toy_config(toy_corpus, run_copy, train_steps=25))
-    out = capsys.readouterr().out
-    assert re.search(rf"resumed from .*checkpoints/ckpt-20 at step 20, training batch "
-                     rf"{positions[20]}\b", out), out
-    assert (summary["start_step"], summary["step"]) == (20, 25)
-    assert [os.path.basename(p) for p in run.checkpoints()] == [
-        "ckpt-10", "ckpt-20", "ckpt-25.weights.h5"]
-    assert len(run.average(3)[1]) == 3
-
-    from keras_transformer.training import compile_model
-
-    model = run.build_model()
-    compile_model(model, run.config)
-    assert len(run.convert_checkpoints(model)) == 2
-    assert sorted(os.listdir(run.checkpoint_dir)) == sorted(
-        f"ckpt-{step}.{kind}" for step in (10, 20, 25) for kind in ("json", "weights.h5"))
-    assert [Run.data_position(p) for p in run.checkpoints()][:2] == [positions[10],
-                                                                      positions[20]]
-    assert len(run.average(3)[1]) == 3
-    assert run.restore(model).step == 25
-
-
-JAX_SCRIPT = """
-import json, os, sys
-os.environ["KERAS_BACKEND"] = "jax"
-import keras
-import numpy as np
-assert keras.backend.backend() == "jax"
-sys.path.insert(0, os.getcwd())
-from keras_transformer.errors import RunError
-from keras_transformer.runs.run import Run, average_checkpoints
-
-{helpers}
-
-from_tensorflow, from_jax, old = sys.argv[1:4]
-report = {}
-model = tiny_transformer()
-report["restored"] = list(Run(from_tensorflow).restore(model))
-expected = np.load(os.path.join(from_tensorflow, "values.npz"))
-report["equal"] = all(np.array_equal(got, expected[f"arr_{i}"])
-                      for i, got in enumerate(all_values(model)))
-report["averaged"] = len(average_checkpoints(tiny_transformer(compiled=False),
-                                             Run(from_tensorflow).checkpoints()))
-set_distinct_values(model, 7, 7)
-Run(from_jax).save_checkpoint(model, 7, data_position=14)
-np.savez(os.path.join(from_jax, "values.npz"), *all_values(model))
-for action in ("restore", "average"):
-    try:
-        if action == "restore":
-            Run(old).restore(tiny_transformer())
-        else:
-            average_checkpoints(tiny_transformer(), Run(old).checkpoints())
-    except RunError as error:
-        report[action + "_old"] = str(error)
-print(json.dumps(report))
-"""
-
-
-@pytest.mark.slow
-def test_checkpoints_move_between_tensorflow_and_jax(tmp_path):
-    import inspect
-    import subprocess
-    import sys
-
-    # TensorFlow (this process) saves a Keras checkpoint and an old TensorFlow one.
-    from_tensorflow, from_jax, old = (tmp_path / name for name in ("tf", "jax", "old"))
-    model = tiny_transformer()
-    set_distinct_values(model, 3, 3)
-    Run(from_tensorflow).save_checkpoint(model, 3, data_position=6)
-    np.savez(from_tensorflow / "values.npz", *all_values(model))
-    old_checkpoints = Run(old).checkpoint_dir
-    old_checkpoints.mkdir(parents=True)
-    training_checkpoint(model, model.optimizer).write(str(old_checkpoints / "ckpt-3"))
-    assert Run(old).checkpoints() == [str(old_checkpoints / "ckpt-3")]
-
-    script = tmp_path / "jax_side.py"
-    script.write_text(JAX_SCRIPT.replace("{helpers}", "\n\n".join(
-        inspect.getsource(f) for f in (tiny_transformer, set_distinct_values, all_values))))
-    result = subprocess.run(
-        [sys.executable, str(script), str(from_tensorflow), str(from_jax), str(old)],
-        capture_output=True, text=True, cwd=pathlib.Path(__file__).resolve().parents[2],
-        env={**os.environ, "KERAS_BACKEND": "jax"}, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
-    # JAX restored what TensorFlow saved, weights and Adam state alike.
-    assert report["restored"] == [str(from_tensorflow / "checkpoints" / "ckpt-3.weights.h5"),
-                                  3, 6]
-    assert report["equal"] and report["averaged"] == 1
-    # An old TensorFlow checkpoint is refused under JAX, saying what to do.
-    for action in ("restore", "average"):
-        assert "ckpt-3 is a TensorFlow checkpoint" in report[action + "_old"]
-        assert "under TensorFlow first" in report[action + "_old"]
-
-    # TensorFlow restores and averages what JAX saved.
-    restored = tiny_transformer()
-    assert Run(from_jax).restore(restored) == (
-        str(from_jax / "checkpoints" / "ckpt-7.weights.h5"), 7, 14)
-    expected = np.load(from_jax / "values.npz")
-    for i, got in enumerate(all_values(restored)):
-        np.testing.assert_array_equal(got, expected[f"arr_{i}"])
-    assert int(restored.optimizer.iterations.numpy()) == 7
-    assert json.loads((from_jax / "checkpoints" / "ckpt-7.json").read_text())["backend"] == "jax"
-    plain = tiny_transformer(compiled=False)
-    average_checkpoints(plain, Run(from_jax).checkpoints() + Run(from_tensorflow).checkpoints())
-    saved = [np.load(directory / "values.npz") for directory in (from_jax, from_tensorflow)]
-    for i, got in enumerate(plain.get_weights()):
-        np.testing.assert_allclose(got, (saved[0][f"arr_{i}"] + saved[1][f"arr_{i}"]) / 2,
-                                   rtol=1e-6, atol=1e-6)
+        assert run.decoding_model_path() == run.averaged_path
+    assert any("best.keras" in r.getMessage() for r in caplog.records)

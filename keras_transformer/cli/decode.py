@@ -1,0 +1,257 @@
+"""`translate`, `evaluate`, `attention` and `parse`: decoding with a trained run.
+
+`translate`, `evaluate` and `attention` decode with the choice saved in the run (model, beam,
+alpha: `decoding.choice`) unless a flag says otherwise, and say on standard error which they
+used; `parse` uses the paper's parsing search (`defaults.PARSING`).
+"""
+
+import sys
+
+from keras_transformer.cli.flags import (
+    add_engine_flags, add_io_flags, add_model_flags, tensorflow_only)
+
+
+def decoder(args):
+    """(translator, the run) for the command's flags; the choice it decodes with is said on
+    standard error. The CTranslate2 engine reads the run's CTranslate2 export."""
+    from keras_transformer.decoding.choice import decoding_choice
+    from keras_transformer.runs import open_run
+
+    run = open_run(args.run_dir)  # an ensemble's directory too
+    choice = decoding_choice(run, model=args.model, beam_size=args.beam, alpha=args.alpha)
+    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        translator, label = ctranslate2_translator(args, choice)
+    else:
+        from keras_transformer.decoding.translate import Translator
+
+        translator = Translator.from_run(run, choice.model_file, beam_size=choice.beam_size,
+                                         alpha=choice.alpha, batch_size=args.batch_size,
+                                         jit_compile=getattr(args, "xla", False))
+        label = None
+    print(choice.describe(label), file=sys.stderr)
+    return translator, run, choice
+
+
+def ctranslate2_translator(args, choice):
+    import pathlib
+
+    from keras_transformer.errors import InputError
+    from keras_transformer.export import ctranslate2_folder
+    from keras_transformer.export.ct2 import CTranslate2Translator
+
+    folder = args.ctranslate2_model or ctranslate2_folder(args.run_dir)
+    if not pathlib.Path(folder).is_dir():
+        raise InputError(f"No CTranslate2 export at {folder}: run keras-transformer export "
+                         f"--run-dir {args.run_dir} --format ctranslate2 first (or give "
+                         "--ctranslate2-model).")
+    translator = CTranslate2Translator(folder, beam_size=choice.beam_size, alpha=choice.alpha,
+                                       batch_size=args.batch_size)
+    return translator, f"the CTranslate2 export {folder}"
+
+
+def _format(results, nbest):
+    if not nbest:
+        return results
+    return [f"{i}\t{score:.4f}\t{text}" for i, hyps in enumerate(results) for text, score in hyps]
+
+
+def _emit(results, nbest):
+    for line in _format(results, nbest):
+        print(line, flush=True)
+
+
+def translate(args):
+    from keras_transformer import textio
+    from pipelines.progress import progress_bar
+
+    translator, _, _ = decoder(args)
+    bad = textio.BadLines(args.input or "standard input")
+    empty = [] if args.nbest else ""
+
+    def run_on(texts, progress=None):
+        return textio.run_on(lambda decoded: translator.translate(
+            decoded, nbest=args.nbest, progress=progress), texts, empty)
+
+    if args.input:
+        sentences = [bad.decode(*line) for line in textio.raw_lines(args.input)]
+        with progress_bar(total=len(sentences), unit=" sentences",
+                          disable=args.output is None) as bar:
+            results = run_on(sentences, bar)
+        if args.output:
+            textio.write_lines(args.output, _format(results, args.nbest))
+            print(f"wrote {len(results)} translations to {args.output}", file=sys.stderr)
+        else:
+            _emit(results, args.nbest)
+    else:  # stdin: batched when piped, line by line when typed at a terminal
+        batch = []
+        size = 1 if sys.stdin.isatty() else args.batch_size
+        for line in textio.raw_lines(None):
+            batch.append(bad.decode(*line))
+            if len(batch) >= size:
+                _emit(run_on(batch), args.nbest)
+                batch = []
+        if batch:
+            _emit(run_on(batch), args.nbest)
+    bad.check()
+
+
+def evaluate(args):
+    import json
+    import pathlib
+
+    from keras_transformer.errors import InputError
+    from keras_transformer.evaluation.evaluate import evaluate_split
+    from keras_transformer.textio import read_lines
+    from pipelines import datasets
+
+    official = None  # the official tokenized references (Multi30k val / test2016)
+    if args.src:
+        if not args.ref:
+            raise InputError("--src needs --ref (the reference translations).")
+        sources, references = read_lines(args.src), read_lines(args.ref)
+        if len(sources) != len(references):
+            raise InputError(f"{args.src} has {len(sources)} lines but {args.ref} has "
+                             f"{len(references)}.")
+    translator, run, choice = decoder(args)
+    config = run.config
+    if args.src:
+        name = pathlib.Path(args.src).name
+    else:
+        sources, references = datasets.split_texts(config.dataset, args.split,
+                                                   **config.data_arguments())
+        name = f"{config.dataset} {args.split} {config.src_lang}-{config.tgt_lang}"
+        official = datasets.official_tokenized_references(config.dataset, args.split,
+                                                          config.tgt_lang, config.source_dir)
+    output = args.output or run.hypotheses_path(args.split, choice.beam_size)
+    result = evaluate_split(translator, sources, references, lang=config.tgt_lang,
+                            official_references=official, output=output)
+    print(f"{name}: {len(sources)} sentences, beam {choice.beam_size}, alpha {choice.alpha}; "
+          f"hypotheses in {output}")
+    for line in result.pop("lines"):
+        print(line)
+    print(json.dumps({"set": name, "beam": choice.beam_size, "alpha": choice.alpha, **result}))
+
+
+def attention(args):
+    tensorflow_only("attention", "run it with KERAS_BACKEND=tensorflow")
+    from keras_transformer.evaluation.attention_maps import KINDS, draw_sentence
+    from keras_transformer.runs import open_single_run
+
+    open_single_run(args.run_dir, "an attention picture")  # refuses an ensemble
+    translator, run, _ = decoder(args)
+    translation, paths = draw_sentence(
+        translator, run.tokenizer(), args.sentence, args.output_dir,
+        kinds=KINDS if args.kind == "all" else (args.kind,), layer=args.layer, head=args.head)
+    print("translation: " + translation)
+    for path in paths:
+        print(f"wrote {path}")
+
+
+def parse(args):
+    import json
+
+    from keras_transformer import textio
+    from keras_transformer.tasks.parsing import Parser, evaluate_run
+    from pipelines.progress import progress_bar
+    from pipelines.treebank import to_string
+
+    options = dict(model_file=args.model, beam_size=args.beam, alpha=args.alpha,
+                   batch_size=args.batch_size)
+    if args.evaluate:
+        with progress_bar(unit=" sentences", desc=f"parsing {args.evaluate}") as bar:
+            scores, trees = evaluate_run(args.run_dir, args.evaluate, progress=bar, **options)
+        if args.output:
+            textio.write_lines(args.output, [to_string(tree) for tree in trees])
+        print(f"PTB sample {args.evaluate}: labeled precision {scores['precision']:.2f}, recall "
+              f"{scores['recall']:.2f}, F1 {scores['f1']:.2f}, exact match "
+              f"{scores['exact_match']:.2f} ({scores['sentences']} sentences; EVALB convention: "
+              "punctuation and the root ignored)")
+        print(json.dumps({"split": args.evaluate, "beam": args.beam, "alpha": args.alpha,
+                          **scores}))
+        return
+    bad = textio.BadLines(args.input or "standard input")
+    lines = [bad.decode(*line) for line in textio.raw_lines(args.input)]
+    parser = Parser.from_run(args.run_dir, **options)
+    trees = textio.run_on(lambda texts: parser.parse([" ".join(text.split()) for text in texts]),
+                          lines, None)
+    output = [to_string(tree) if line and line.strip() else ""
+              for line, tree in zip(lines, trees)]
+    if args.output:
+        textio.write_lines(args.output, output)
+    else:
+        print("\n".join(output))
+    bad.check()
+
+
+def register(commands):
+    from keras_transformer.defaults import PARSING, TRANSLATION
+
+    parser = commands.add_parser(
+        "translate",
+        help="translate text with a trained run (stdin to stdout, or files)",
+        description="Translates one sentence per line with beam search: the model, beam and "
+        "alpha chosen for the run (saved in RUN_DIR/decoding.json by the main job or "
+        f"`average`), else beam {TRANSLATION.beam_size}, alpha {TRANSLATION.alpha}; maximum "
+        f"length input + {TRANSLATION.extra_length}. Says on standard error which it used. "
+        "Empty lines give empty lines; inputs longer than the run's max_length (subword "
+        "tokens) are truncated with a warning.",
+    )
+    add_model_flags(parser)
+    add_engine_flags(parser)
+    add_io_flags(parser)
+    parser.add_argument("--nbest", action="store_true",
+                        help="print every beam hypothesis as: line, score, text")
+    parser.set_defaults(run=translate)
+
+    parser = commands.add_parser(
+        "evaluate",
+        help="translate a test set and print sacreBLEU, chrF, tokenized and literature BLEU",
+        description="Decodes a test set (the run's dataset split, or --src/--ref files) with "
+        "the run's chosen model, beam and alpha (as translate), writes "
+        "the hypotheses and prints sacreBLEU with its signature, chrF, the paper-style "
+        "tokenized BLEU with compound splitting, and BLEU in the Multi30k literature "
+        "convention (lowercased, Moses-normalized and -tokenized text against the official "
+        "*.lc.norm.tok.* references when the split has them, else the references normalized "
+        "the same way). Only sacreBLEU is comparable across papers and tools.",
+    )
+    add_model_flags(parser)
+    add_engine_flags(parser)
+    parser.add_argument("--split", default="test", choices=("dev", "test"),
+                        help="which split of the run's dataset (test)")
+    parser.add_argument("--src", help="source file instead of the run's dataset")
+    parser.add_argument("--ref", help="reference file for --src")
+    parser.add_argument("--output",
+                        help="hypotheses file (default RUN_DIR/hyp.SPLIT.beamK.txt)")
+    parser.set_defaults(run=evaluate)
+
+    parser = commands.add_parser(
+        "attention",
+        help="draw attention heat maps for a sentence (like the paper's Figures 3-5)",
+        description="Translates the sentence, then writes PNG heat maps of one head's attention "
+        "weights: encoder self-attention, decoder self-attention and encoder-decoder attention.",
+    )
+    add_model_flags(parser)
+    parser.add_argument("sentence", help="source sentence")
+    parser.add_argument("--layer", type=int, help="layer, from 1 (default: the last)")
+    parser.add_argument("--head", type=int, default=1, help="head, from 1 (1)")
+    parser.add_argument("--kind", default="all", choices=("all", "encoder", "decoder", "cross"))
+    parser.add_argument("--output-dir", default=".", help="where the PNG files go")
+    parser.set_defaults(run=attention)
+
+    parser = commands.add_parser(
+        "parse",
+        help="constituency parsing with a run trained on --dataset ptb (sentences -> trees)",
+        description="Parses one whitespace-tokenized sentence per line (PTB style: 'The dog "
+        f"runs .') into a bracketed tree, with the paper's parsing search: beam "
+        f"{PARSING.beam_size}, alpha {PARSING.alpha}, maximum output length input + "
+        f"{PARSING.extra_length}. Malformed model output is repaired "
+        "deterministically. --evaluate SPLIT parses the PTB sample's dev or test files instead "
+        "and prints labeled bracketing precision, recall, F1 and exact match (EVALB convention).",
+    )
+    add_model_flags(parser, PARSING,
+                    alpha_hint=", the paper's; larger values give more brackets: pick it with "
+                    "--evaluate dev, e.g. 1.0-1.5 on the PTB sample")
+    add_io_flags(parser)
+    parser.add_argument("--evaluate", choices=("dev", "test"),
+                        help="score the PTB sample's dev or test split instead of reading input")
+    parser.set_defaults(run=parse)

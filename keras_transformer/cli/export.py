@@ -1,0 +1,130 @@
+"""`average`, `export` and `saved-model-cli`: a run's weights, and the run for serving."""
+
+import argparse
+import sys
+
+from keras_transformer.cli.flags import add_decoding_flags, add_run_flags, tensorflow_only
+from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
+
+
+def average(args):
+    import os
+    import pathlib
+
+    from keras_transformer.runs import open_single_run
+
+    run = open_single_run(args.run_dir, "averaging checkpoints")
+    model, paths = run.average(args.last, every=args.every)
+    output = run.save_model(model, averaged=True, path=args.output)
+    if pathlib.Path(output).resolve().parent == run.directory.resolve():
+        # What the run decodes with from now on (its beam and alpha are kept).
+        label = f"average of the last {len(paths)} checkpoints" + (
+            f", {args.every} apart" if args.every > 1 else "")
+        run.save_decoding(model=pathlib.Path(output).name, weights=label,
+                          chosen_by="keras-transformer average")
+    print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)})"
+          f" into {output}")
+
+
+def export(args):
+    tensorflow_only("export", "run it again with KERAS_BACKEND=tensorflow on a machine with "
+                    "TensorFlow (runs trained under JAX export as they are)")
+    import logging
+
+    from absl import logging as absl_logging
+
+    from keras_transformer.decoding.choice import decoding_choice
+    from keras_transformer.export import export_run
+    from keras_transformer.runs import open_run
+
+    # TensorFlow logs every renamed function input while saving; keep the output readable.
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    choice = decoding_choice(open_run(args.run_dir), model=args.model, beam_size=args.beam,
+                             alpha=args.alpha)
+    print(choice.describe(), file=sys.stderr)
+    path = export_run(
+        args.run_dir, format=args.format, quantize=args.quantize, output_dir=args.output_dir,
+        name=args.name, version=args.version, overwrite=args.overwrite, beam_size=args.beam,
+        alpha=args.alpha, model_file=args.model, ids_only=args.ids_only,
+    )
+    print(f"exported {args.format} to {path}")
+
+
+def saved_model_cli(args):
+    tensorflow_only("saved-model-cli", "run it with KERAS_BACKEND=tensorflow")
+    import tensorflow_text  # noqa: F401  (registers the sentencepiece ops the graph uses)
+    from tensorflow.python.tools import saved_model_cli as tool
+
+    sys.argv = ["saved_model_cli", *args.arguments]
+    tool.main()
+
+
+def register(commands):
+    parser = commands.add_parser(
+        "average",
+        help="average the last N checkpoints of a run into one model",
+        description="Averages the weights of the last N checkpoints (paper: 5 for base, 20 for "
+        "big) and saves the result as a .keras model; saved in the run, it becomes the model "
+        "that translate, evaluate and export use (RUN_DIR/decoding.json).",
+    )
+    parser.add_argument("--run-dir", required=True, help="training output directory")
+    parser.add_argument("--last", type=int, default=5, help="checkpoints to average (5)")
+    parser.add_argument("--every", type=int, default=1,
+                        help="take every N-th checkpoint counting back from the newest, for "
+                        "averages spread over more steps (1: the last K in a row)")
+    parser.add_argument("--output", help="output file (default RUN_DIR/averaged.keras)")
+    parser.set_defaults(run=average)
+
+    parser = commands.add_parser(
+        "export",
+        help="export a trained run as a SavedModel (TensorFlow Serving), TFLite or CTranslate2 "
+        "model",
+        description="SavedModel: OUTPUT_DIR/NAME/VERSION/ with the signatures serving_default "
+        "(strings in, translations and scores out; beam_size and alpha optional inputs, "
+        "defaults the run's decoding choice, else "
+        f"{TRANSLATION.beam_size} and {TRANSLATION.alpha}) and translate_ids (int32 ids in and "
+        "out, core TensorFlow ops only). TFLite: "
+        "OUTPUT_DIR/NAME/tflite/translator-<search>-<quantization>.tflite, ids "
+        "in and out for one sentence, with spm.model beside it. CTranslate2: "
+        "OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/ for CTranslate2's Translator (and "
+        "`keras-transformer translate --engine ctranslate2`), spm.model inside; needs the "
+        "ctranslate2 extra (pip install 'keras-transformer[ctranslate2]'). Files are written "
+        "under a temporary name and renamed when complete.",
+    )
+    add_run_flags(parser)
+    parser.add_argument("--format", default="savedmodel",
+                        choices=("savedmodel", "tflite", "ctranslate2"),
+                        help="savedmodel (default), tflite or ctranslate2")
+    parser.add_argument("--quantize", default="none",
+                        choices=("none", "dynamic", "float16", "int8", "int8_float32"),
+                        help="weights: none (float32); TFLite: dynamic (int8 weights) or "
+                        "float16; CTranslate2: int8, int8_float32 or float16")
+    parser.add_argument("--output-dir", default=EXPORT_DIR,
+                        help=f"base directory (default {EXPORT_DIR})")
+    parser.add_argument("--name", help="model name (default: the run directory's name)")
+    parser.add_argument("--version", type=int,
+                        help="SavedModel version (default: highest existing + 1)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing version or .tflite file")
+    add_decoding_flags(
+        parser,
+        beam_help="beam size fixed in the TFLite search and the SavedModel's translate_ids_xla "
+        "signature, and the SavedModel's default input (default: the run's saved choice, else "
+        f"{TRANSLATION.beam_size}; TFLite: 1 = greedy)",
+        alpha_help="length penalty of the TFLite search and the SavedModel's default input "
+        f"(default: the run's saved choice, else {TRANSLATION.alpha})")
+    parser.add_argument("--ids-only", action="store_true",
+                        help="SavedModel with translate_ids only: loads without tensorflow-text")
+    parser.set_defaults(run=export)
+
+    parser = commands.add_parser(
+        "saved-model-cli",
+        help="TensorFlow's saved_model_cli with the tensorflow-text ops loaded",
+        description="Runs saved_model_cli (show, run, ...) after importing tensorflow_text, "
+        "which the stock saved_model_cli does not, so that `run` works on our SavedModels. "
+        f"Example: keras-transformer saved-model-cli run --dir {EXPORT_DIR}/NAME/1 --tag_set "
+        "serve --signature_def serving_default --input_exprs 'sentences=[\"A dog runs.\"]'",
+    )
+    parser.add_argument("arguments", nargs=argparse.REMAINDER, help="saved_model_cli arguments")
+    parser.set_defaults(run=saved_model_cli)

@@ -1,0 +1,245 @@
+"""Settings declared once: a field of a settings section carries its default, its help, its
+allowed values, its check and whether a resumed run may change it. Everything else is
+generated from those declarations: command-line flags, config-file keys (sectioned or flat),
+validation, the printed effective config and the saved document.
+
+    @dataclasses.dataclass
+    class DataSettings(Section):
+        vocab_size: int = setting(8000, "shared subword vocabulary size", check=positive)
+
+A section is a dataclass of settings; a config (`Settings`) is a dataclass whose fields are
+sections. A value of None means "not set here": the config fills it (from a preset, say) when
+it is resolved, and says where each value came from.
+"""
+
+import argparse
+import dataclasses
+import textwrap
+import typing
+
+from keras_transformer.errors import ConfigError
+
+# Where a value came from, for the effective config (a value with no entry is the default).
+FLAG, FILE, PRESET, RUN, GIVEN = "flag", "file", "preset", "run", "given"
+
+
+def setting(default, help, *, choices=None, check=None, resumable=False, location=False,
+            flag=True, prepare=False, default_text=None):
+    """Declares one setting (a dataclass field of a section).
+
+    Args:
+        default: the value when nothing sets it; None means "filled when the config is
+            resolved" (say from what in `default_text`).
+        help: one line for `--help`.
+        choices: the allowed values, if they are a short list.
+        check: a function (value) -> None or the rule it breaks ("must be positive"); it is
+            not called for None.
+        resumable: a resumed run may change it (steps, checkpoints, logging).
+        location: where the run or its data is, not what it is (a moved run is the same run).
+        flag: whether `train` has a command-line flag for it.
+        prepare: whether `prepare` (the data preparation command) reads it too.
+        default_text: what `--help` says of the default, where the value does not say it.
+    """
+    return dataclasses.field(default=default, metadata=dict(
+        help=help, choices=choices, check=check, resumable=resumable, location=location,
+        flag=flag, prepare=prepare, default_text=default_text))
+
+
+# Checks shared by many settings.
+def positive(value):
+    return None if value > 0 else "must be positive"
+
+
+def fraction(value):
+    return None if 0.0 <= value < 1.0 else "must be in [0, 1)"
+
+
+def _base_type(annotation):
+    """(type, optional) of a field annotation such as int or Optional[int]."""
+    if typing.get_origin(annotation) is typing.Union:
+        return typing.get_args(annotation)[0], True
+    return annotation, False
+
+
+@dataclasses.dataclass
+class Section:
+    """A group of settings. Subclasses declare fields with `setting(...)`."""
+
+    def __post_init__(self):
+        self.validate()
+
+    @classmethod
+    def declarations(cls):
+        """[(field, type, optional)] of the section's settings."""
+        hints = typing.get_type_hints(cls)
+        return [(field, *_base_type(hints[field.name])) for field in dataclasses.fields(cls)]
+
+    def validate(self):
+        """Type, allowed values and check of every field; ConfigError names key and value."""
+        for field, kind, optional in self.declarations():
+            value = getattr(self, field.name)
+            if value is None:
+                if optional:
+                    continue
+                raise ConfigError(f"Config key {field.name!r} must be set; got null.")
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+                setattr(self, field.name, value)
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise ConfigError(f"Config key {field.name!r} must be {kind.__name__}"
+                                  f"{' or null' if optional else ''}; got {value!r}.")
+            choices = field.metadata["choices"]
+            if choices is not None and value not in choices:
+                raise ConfigError(f"Config key {field.name!r} must be one of "
+                                  f"{', '.join(map(str, choices))}; got {value!r}.")
+            rule = field.metadata["check"] and field.metadata["check"](value)
+            if rule:
+                raise ConfigError(f"Config key {field.name!r} {rule}; got {value!r}.")
+
+
+@dataclasses.dataclass
+class Settings:
+    """A config: one field per section. Subclasses declare `section: SectionClass =
+    dataclasses.field(default_factory=SectionClass)` fields. A setting reads as
+    `config.data.vocab_size` or, its name being unique, `config.vocab_size`."""
+
+    FORMAT_VERSION: typing.ClassVar[int] = 1
+    _keys: typing.ClassVar[typing.Optional[dict]] = None
+
+    @classmethod
+    def sections(cls):
+        """{section name: section class}."""
+        hints = typing.get_type_hints(cls)
+        return {field.name: hints[field.name] for field in dataclasses.fields(cls)}
+
+    @classmethod
+    def keys(cls):
+        """{setting name: (section name, field, type, optional)} over all sections."""
+        if cls.__dict__.get("_keys") is None:
+            cls._keys = cls._collect_keys()
+        return cls._keys
+
+    @classmethod
+    def _collect_keys(cls):
+        keys = {}
+        for section, kind in cls.sections().items():
+            for field, base, optional in kind.declarations():
+                if field.name in keys:
+                    raise TypeError(f"setting {field.name!r} is declared in two sections")
+                keys[field.name] = (section, field, base, optional)
+        return keys
+
+    def __getattr__(self, name):
+        # Only called when normal lookup fails: a setting by its (unique) name.
+        if name.startswith("_") or name not in type(self).keys():
+            raise AttributeError(f"{type(self).__name__} has no setting {name!r}")
+        return getattr(getattr(self, type(self).keys()[name][0]), name)
+
+    @property
+    def sources(self):
+        """{setting name: where its value came from}; settings left at their default are
+        absent."""
+        if "_sources" not in self.__dict__:
+            self.__dict__["_sources"] = {}
+        return self.__dict__["_sources"]
+
+    # -- building -----------------------------------------------------------------------------
+    @classmethod
+    def from_values(cls, values, sources=None):
+        """A config from {setting: value} (flat) and where each came from."""
+        keys = cls.keys()
+        unknown = sorted(set(values) - set(keys))
+        if unknown:
+            raise ConfigError(f"Unknown config key(s): {', '.join(map(repr, unknown))}. Known "
+                              f"keys: {', '.join(keys)}.")
+        grouped = {name: {} for name in cls.sections()}
+        for key, value in values.items():
+            grouped[keys[key][0]][key] = value
+        config = cls(**{name: kind(**grouped[name])
+                        for name, kind in cls.sections().items()})
+        config.sources.update(sources or {})
+        return config
+
+    @classmethod
+    def flatten(cls, document, where="config"):
+        """{setting: value} from a document of sections ({"data": {...}}) or flat keys (or
+        both), refusing unknown sections and keys by name."""
+        keys, sections = cls.keys(), cls.sections()
+        flat = {}
+        for key, value in document.items():
+            if key in sections and isinstance(value, dict):
+                for name, item in value.items():
+                    if name not in keys or keys[name][0] != key:
+                        raise ConfigError(f"{where}: unknown key {name!r} in section {key!r}. "
+                                          f"Its keys: {', '.join(_section_keys(cls, key))}.")
+                    flat[name] = item
+            elif key in keys:
+                flat[key] = value
+            else:
+                raise ConfigError(f"{where}: unknown config key {key!r}. Sections: "
+                                  f"{', '.join(sections)}; keys: {', '.join(keys)}.")
+        return flat
+
+    def values(self):
+        """{setting: value}, flat."""
+        return {key: getattr(getattr(self, section), key)
+                for key, (section, *_) in type(self).keys().items()}
+
+    def replaced(self, **values):
+        """A copy with some settings changed (sources kept, the changed ones as given)."""
+        config = type(self).from_values({**self.values(), **values}, dict(self.sources))
+        return config
+
+    # -- output ---------------------------------------------------------------------------------
+    def to_dict(self):
+        """The document saved in a run: the format version and one mapping per section."""
+        return {"format_version": self.FORMAT_VERSION,
+                **{name: dataclasses.asdict(getattr(self, name)) for name in self.sections()}}
+
+    def describe(self, width=100):
+        """The effective config, short: a line (wrapped) per section, each value with where it
+        came from when that is not the default."""
+        lines = ["effective config (in brackets where a value came from; the rest are "
+                 "defaults):"]
+        for name in self.sections():
+            items = []
+            for field, _, _ in type(self).sections()[name].declarations():
+                value = getattr(getattr(self, name), field.name)
+                if value is None:
+                    continue
+                source = self.sources.get(field.name)
+                items.append(f"{field.name} {value}" + (f" [{source}]" if source else ""))
+            lines += textwrap.wrap(", ".join(items), width, initial_indent=f"  {name}: ",
+                                   subsequent_indent="    ")
+        return "\n".join(lines)
+
+    # -- the command line -----------------------------------------------------------------------
+    @classmethod
+    def add_flags(cls, parser, prepare=False):
+        """Adds a flag per setting (those `prepare` reads, with prepare=True), each defaulting
+        to None so that `given(args)` tells what the command line set."""
+        for name, kind in cls.sections().items():
+            group = parser.add_argument_group(f"{name} settings")
+            for field, base, _ in kind.declarations():
+                meta = field.metadata
+                if not meta["flag"] or (prepare and not meta["prepare"]):
+                    continue
+                default = meta["default_text"] or f"default {field.default}"
+                options = dict(default=None, help=f"{meta['help']} ({default})")
+                if base is bool:
+                    options["action"] = argparse.BooleanOptionalAction
+                else:
+                    options.update(type=base, metavar=field.name.upper())
+                    if meta["choices"]:
+                        options.update(choices=meta["choices"], metavar=None)
+                group.add_argument("--" + field.name.replace("_", "-"), **options)
+
+    @classmethod
+    def given(cls, args):
+        """{setting: value} of the flags given on the command line."""
+        return {key: getattr(args, key) for key in cls.keys()
+                if getattr(args, key, None) is not None}
+
+
+def _section_keys(cls, section):
+    return [field.name for field, *_ in cls.sections()[section].declarations()]

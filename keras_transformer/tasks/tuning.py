@@ -1,0 +1,71 @@
+"""Choices made on validation data: which weights to decode with (the final ones or an average
+of checkpoints) and the length penalty. The main job makes them; `tune` saves them in the run
+(`Run.save_decoding`), where translate, evaluate and export find them.
+
+Only val is used: a test set is decoded once, at the end, and only reported.
+"""
+
+from keras_transformer.defaults import TRANSLATION
+
+# Weights tried on val: (k, j) = the average of the last k checkpoints taken j apart (every
+# j-th one counting back from the newest); (1, 1) is the final weights.
+AVERAGE_CANDIDATES = ((1, 1), (5, 1), (10, 1), (5, 2), (10, 2), (20, 1), (20, 2))
+# GNMT length penalties tried on val with the beam (the paper's is 0.6). The grid reaches a
+# value past the best one seen on Multi30k (docs/results.md), so the choice is never its edge.
+ALPHAS = (0.6, 1.0, 1.4, 1.8)
+VAL_SENTENCES = 500  # val sentences decoded to make those choices
+
+
+def weights_label(k, every):
+    if k == 1:
+        return "final weights"
+    return f"average of the last {k} checkpoints" + (f", {every} apart" if every > 1 else "")
+
+
+def choose_weights(run, sources, references):
+    """Final weights or an average of checkpoints (AVERAGE_CANDIDATES), whichever has the best
+    greedy sacreBLEU on the given val sentences. Returns (model, label, {label: BLEU})."""
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.evaluation.bleu import score
+
+    config, tokenizer = run.config, run.vocabulary()
+    available = len(run.checkpoints())
+    results, best = {}, None
+    for k, every in AVERAGE_CANDIDATES:
+        if k > 1 and (k - 1) * every + 1 > available:
+            continue
+        label = weights_label(k, every)
+        if k == 1:
+            model = run.load_model(prefer_averaged=False)
+        else:
+            model, _ = run.average(k, every=every)
+        translator = Translator(model, tokenizer, beam_size=1,
+                                max_input_length=config.max_length)
+        bleu = score(translator.translate(sources), references)["sacrebleu"]
+        results[label] = bleu
+        print(f"  val (first {len(sources)} sentences, greedy): {label}: sacreBLEU {bleu:.2f}",
+              flush=True)
+        if best is None or bleu > best[2]:
+            best = (model, label, bleu)
+    return best[0], best[1], results
+
+
+def choose_alpha(model, tokenizer, max_length, sources, references,
+                 beam=TRANSLATION.beam_size):
+    """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given val
+    sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)})."""
+    import sacrebleu
+
+    from keras_transformer.decoding.translate import Translator
+
+    results, best = {}, None
+    for alpha in ALPHAS:
+        translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
+                                max_input_length=max_length)
+        bleu = sacrebleu.corpus_bleu(translator.translate(sources), [references])
+        results[alpha] = (round(bleu.score, 2), round(bleu.bp, 3))
+        print(f"  val (first {len(sources)} sentences, beam {beam}): alpha {alpha}: sacreBLEU "
+              f"{bleu.score:.2f} (brevity penalty {bleu.bp:.3f})", flush=True)
+        if best is None or bleu.score > best[1]:
+            best = (alpha, bleu.score)
+    return best[0], results

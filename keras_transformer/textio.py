@@ -1,0 +1,85 @@
+"""Text lines in and out of the commands: the UTF-8 line policy.
+
+Evaluation inputs must be valid UTF-8 as a whole (`read_lines` refuses a file before anything
+is decoded or written); translation and parsing inputs are decoded line by line (`BadLines`):
+a line that is not UTF-8 is named on standard error, its output line is left empty (one output
+line per input line), and the command fails at the end naming them all. Output files are
+written atomically (`write_lines`). No TensorFlow here.
+"""
+
+import contextlib
+import sys
+
+from keras_transformer.errors import InputError
+from pipelines.files import write_lines  # noqa: F401  (re-exported: the one line writer)
+
+
+def decode_line(raw, number, offset, name):
+    """(text, None) for a valid UTF-8 line, else (None, a message naming line and bytes)."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n"), None
+    except UnicodeDecodeError as error:
+        return None, (f"{name}, line {number}: invalid UTF-8 ({error.reason}) at byte "
+                      f"{error.start} of the line, byte {offset + error.start} of the input")
+
+
+def raw_lines(path):
+    """(line number, byte offset, bytes) of a file's lines, or of standard input's (path
+    None)."""
+    try:
+        handle = open(path, "rb") if path else sys.stdin.buffer
+    except FileNotFoundError:
+        raise InputError(f"Input file not found: {path}") from None
+    offset = 0
+    with handle if path else contextlib.nullcontext(handle):
+        for number, raw in enumerate(handle, 1):
+            yield number, offset, raw
+            offset += len(raw)
+
+
+def read_lines(path):
+    """All lines of a file that must be valid UTF-8 (evaluation inputs): InputError naming the
+    first bad line and its byte offsets, before anything is decoded or written."""
+    lines = []
+    for number, offset, raw in raw_lines(path):
+        text, problem = decode_line(raw, number, offset, path)
+        if problem:
+            raise InputError(f"{problem}. Nothing was translated; convert the file to UTF-8 "
+                             "(e.g. iconv -f latin1 -t utf-8).")
+        lines.append(text)
+    return lines
+
+
+class BadLines:
+    """Input lines that are not valid UTF-8 (translate, parse): each is named on standard error
+    when met and left empty in the output, which keeps one output line per input line; at the
+    end `check()` fails the command (exit status 2) naming them all.
+
+        bad = BadLines(path or "standard input")
+        texts = [bad.decode(*line) for line in raw_lines(path)]   # None where not UTF-8
+        outputs = run_on(translate, texts, empty="")
+        bad.check()
+    """
+
+    def __init__(self, name):
+        self.name, self.problems = name, []
+
+    def decode(self, number, offset, raw):
+        text, problem = decode_line(raw, number, offset, self.name)
+        if problem:
+            self.problems.append(problem)
+            print(f"keras-transformer: warning: {problem}; its output line is left empty",
+                  file=sys.stderr, flush=True)
+        return text
+
+    def check(self):
+        if self.problems:
+            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
+            raise InputError(f"{len(self.problems)} input line(s) were not valid UTF-8 and were "
+                             f"left empty in the output: {self.problems[0]}{more}.")
+
+
+def run_on(function, texts, empty):
+    """`function` on the decoded texts; `empty` where a line could not be decoded (None)."""
+    done = iter(function([text for text in texts if text is not None]))
+    return [empty if text is None else next(done) for text in texts]

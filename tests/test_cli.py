@@ -1,0 +1,162 @@
+"""The command line's pieces without a trained model: verbosity, the console, the decoding
+choice and what it says, text lines, the evaluation of a split, the export paths."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from keras_transformer.cli import build_parser, shows_native_logs
+from keras_transformer.decoding.choice import decoding_choice
+from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
+from keras_transformer.runs import Run
+
+
+@pytest.mark.parametrize("argv, shows", [
+    (["translate", "--run-dir", "r"], False),
+    (["translate", "--run-dir", "r", "--verbose"], True),
+    (["presets", "--verbose"], True),
+    (["train", "--verbose", "1"], False),
+    (["train", "--verbose", "2"], True),
+    (["prepare", "--verbose=3"], True),
+    (["train"], False),
+])
+def test_verbosity_is_read_from_the_parsed_arguments(argv, shows):
+    assert shows_native_logs(build_parser().parse_args(argv)) is shows
+
+
+CONSOLE = """
+import json, os, sys
+from keras_transformer import console
+before = os.fstat(2)
+console.setup(show_native_logs={show})
+after = os.fstat(2)
+os.write(2, b"native\\n")
+print("python", file=sys.stderr, flush=True)
+print(json.dumps({{"moved": [before.st_dev, before.st_ino] != [after.st_dev, after.st_ino],
+                  "onednn": "TF_ENABLE_ONEDNN_OPTS" in os.environ,
+                  "level": os.environ.get("TF_CPP_MIN_LOG_LEVEL")}}))
+"""
+
+
+@pytest.mark.parametrize("show", [False, True])
+def test_the_console_hides_native_logs_unless_asked(show):
+    import os
+
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
+    result = subprocess.run([sys.executable, "-c", CONSOLE.format(show=show)],
+                            capture_output=True, text=True, env=environ)
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["moved"] is (not show)
+    assert ("native" in result.stderr) is show and "python" in result.stderr
+    assert state["level"] == "2"
+    from keras_transformer import hardware
+
+    assert state["onednn"] is (hardware.cpu_class() in hardware.ONEDNN_DEFAULT_ON)
+
+
+class FakeRun(Run):
+    """A run directory with model files and a saved choice, without training."""
+
+    def __init__(self, directory, choices=None, averaged=True):
+        super().__init__(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.model_path.write_bytes(b"")
+        if averaged:
+            self.averaged_path.write_bytes(b"")
+        if choices:
+            self.save_decoding(**choices)
+
+
+def test_without_a_saved_choice_the_defaults_decode(tmp_path):
+    choice = decoding_choice(FakeRun(tmp_path))
+    assert (choice.model_file, choice.beam_size, choice.alpha) == (
+        tmp_path / Run.AVERAGED, TRANSLATION.beam_size, TRANSLATION.alpha)
+    assert choice.describe() == (
+        f"decoding with {Run.AVERAGED}, beam {TRANSLATION.beam_size}, alpha "
+        f"{TRANSLATION.alpha} (the defaults: the run saved no choice; --model/--beam/--alpha "
+        "override)")
+
+
+def test_the_saved_choice_decodes_and_flags_override_it(tmp_path):
+    run = FakeRun(tmp_path, dict(model=Run.MODEL, weights="final weights", beam_size=5,
+                                 alpha=1.0, chosen_by="the main job, on val"))
+    choice = decoding_choice(run)
+    assert (choice.model_file, choice.beam_size, choice.alpha) == (run.model_path, 5, 1.0)
+    assert choice.describe() == (
+        f"decoding with {Run.MODEL} (final weights), beam 5, alpha 1.0 (chosen by the main "
+        "job, on val; --model/--beam/--alpha override)")
+    choice = decoding_choice(run, beam_size=2)
+    assert (choice.beam_size, choice.alpha) == (2, 1.0)
+    assert "(model, alpha chosen by the main job, on val; --beam given;" in choice.describe()
+    other = tmp_path / "other.keras"
+    choice = decoding_choice(run, model=other, alpha=0.0)
+    assert (choice.model_file, choice.beam_size, choice.alpha) == (other, 5, 0.0)
+    assert choice.describe().startswith(f"decoding with {other}, beam 5, alpha 0.0 (beam "
+                                        "chosen by the main job, on val; --model, --alpha given")
+
+
+def test_average_records_its_model_and_keeps_the_search(tmp_path, monkeypatch):
+    from keras_transformer.cli import export
+
+    run = FakeRun(tmp_path, dict(beam_size=5, alpha=1.0, chosen_by="the main job, on val"),
+                  averaged=False)
+    monkeypatch.setattr(Run, "average", lambda self, k, every=1: ("model", ["a", "b"]))
+    monkeypatch.setattr(Run, "save_model", lambda self, model, averaged, path: (
+        self.averaged_path.write_bytes(b"") and None) or self.averaged_path)
+    export.average(build_parser().parse_args(["average", "--run-dir", str(tmp_path),
+                                              "--last", "2", "--every", "3"]))
+    assert Run(tmp_path).decoding() == {
+        "model": Run.AVERAGED, "weights": "average of the last 2 checkpoints, 3 apart",
+        "chosen_by": "keras-transformer average", "beam_size": 5, "alpha": 1.0}
+
+
+def test_text_lines_policy(tmp_path):
+    from keras_transformer import textio
+    from keras_transformer.errors import InputError
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"one\r\ntw\xffo\nthree\n")
+    with pytest.raises(InputError, match=r"line 2: invalid UTF-8 .* byte 2 of the line, byte 7 "
+                                         "of the input. Nothing was translated"):
+        textio.read_lines(str(path))
+    bad = textio.BadLines(str(path))
+    texts = [bad.decode(*line) for line in textio.raw_lines(str(path))]
+    assert texts == ["one", None, "three"]
+    assert textio.run_on(lambda t: [s.upper() for s in t], texts, "") == ["ONE", "", "THREE"]
+    with pytest.raises(InputError, match="1 input line"):
+        bad.check()
+    with pytest.raises(InputError, match="Input file not found"):
+        list(textio.raw_lines(str(tmp_path / "missing.txt")))
+
+
+def test_evaluate_split_writes_and_scores(tmp_path):
+    from keras_transformer.evaluation.evaluate import evaluate_split
+
+    class Echo:
+        def translate(self, texts, progress=None):
+            if progress is not None:
+                progress.update(len(texts))
+            return list(texts)
+
+    output = tmp_path / "hyp.txt"
+    result = evaluate_split(Echo(), ["Ein Hund läuft.", "Die Katze."], ["Ein Hund läuft.",
+                            "Die Katze."], lang="de", output=output, progress=False)
+    assert output.read_text(encoding="utf-8") == "Ein Hund läuft.\nDie Katze.\n"
+    assert result["sacrebleu"] == 100.0 and result["literature_references"] == "normalized"
+    assert result["lines"][0].startswith("sacreBLEU 100.00")
+
+
+def test_one_function_decides_where_exports_go(tmp_path):
+    from keras_transformer.export import ExportError, ctranslate2_folder, export_base
+
+    run_dir = tmp_path / "my-run"
+    assert export_base(run_dir) == pathlib.Path(EXPORT_DIR) / "my-run"
+    assert ctranslate2_folder(run_dir) == pathlib.Path(EXPORT_DIR) / "my-run" / "ctranslate2"
+    assert ctranslate2_folder(run_dir, "int8", tmp_path, "x") == tmp_path / "x" / "ctranslate2-int8"
+    with pytest.raises(ExportError, match="use letters"):
+        export_base(run_dir, name="a b")
