@@ -34,6 +34,7 @@ EXIT_STATUS = ("exit status: 0 done; 2 a user error (bad input, bad config, a mi
                "damaged file), told in one line; 1 an internal error (run again with --debug "
                "for its traceback).")
 
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="keras-transformer",

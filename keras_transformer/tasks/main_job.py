@@ -116,7 +116,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     for number, (member, settings) in enumerate(specs, 1):
         directory = EnsembleRun.member_directory(run_dir, member) if member else run_dir
         which = f" member {number}/{len(specs)} ({member})" if member else ""
-        config = make_config(None, src_lang=src_lang, tgt_lang=tgt_lang,
+        config = make_config(None, origin="recipe", src_lang=src_lang, tgt_lang=tgt_lang,
                              output_dir=str(directory), **settings)
         member_run = Run(directory)
         print(f"== 1/5 training{which} ({mode}: {settings['train_steps']} optimizer steps) "
