@@ -117,6 +117,8 @@ def test_a_resumed_run_compares_only_what_was_given(tmp_path):
     assert extended.train_steps == 110 and extended.output_dir == str(tmp_path / "b")
     assert (extended.preset, extended.dropout) == ("tiny", 0.0)
     assert extended.sources == {"output_dir": "flag", "train_steps": "flag"}
+    # Given and equal to the run's own: nothing changed, nothing marked.
+    assert saved.continued(make_config(origin="flag", output_dir=saved.output_dir)).sources == {}
     # Given and equal to the run's: fine. Given and different: named.
     saved.continued(make_config(preset="tiny", dropout=0.0))
     with pytest.raises(ConfigError, match=r"dropout: 0.0 -> 0.1"):

@@ -269,7 +269,8 @@ class TrainConfig(Settings):
                 continue
             value, meta = getattr(requested, key), keys[key][1].metadata
             if meta["resumable"] or meta["location"]:
-                changes[key] = value
+                if value != saved[key]:
+                    changes[key] = value
             elif value != saved[key]:
                 changed[key] = (saved[key], value)
         if changed:
