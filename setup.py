@@ -25,8 +25,11 @@ EXTRAS_REQUIRE = {
     # KERAS_BACKEND=jax: train, average, translate, evaluate without TensorFlow (CPU wheels here;
     # a GPU machine brings its own jax with CUDA)
     "jax": ["jax==0.10.2", "jaxlib==0.10.2"],
+    # running the .tflite exports: LiteRT's interpreter (tf.lite.Interpreter is deprecated)
+    "litert": ["ai-edge-litert==2.3.0"],
     "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "ctranslate2==4.8.5",
-            "jax==0.10.2", "jaxlib==0.10.2"],
+            "jax==0.10.2", "jaxlib==0.10.2",
+            "ai-edge-litert==2.3.0"],  # LiteRT interpreter for the TFLite tests and benchmark
 }
 
 setup(

@@ -10,7 +10,8 @@ references, and milliseconds per sentence. The SavedModel is timed through `tran
 through `translate_ids_xla` (the XLA-compiled search; its compilations, one per width bucket,
 happen in an untimed first pass). The SavedModel is also compared with in-process beam search
 (`Translator`). CTranslate2's length penalty is score / length^alpha, not GNMT's, so its beams
-may differ a little; it is skipped when the ctranslate2 package is missing.
+may differ a little; it is skipped when the ctranslate2 package is missing. The TFLite files
+run on LiteRT's interpreter (ai-edge-litert, in the dev extra).
 """
 
 import argparse
@@ -29,6 +30,7 @@ from common import emit  # noqa: E402
 import numpy as np  # noqa: E402
 import sacrebleu  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from ai_edge_litert.interpreter import Interpreter  # noqa: E402  (tf.lite's is deprecated)
 
 from keras_transformer import export  # noqa: E402
 from keras_transformer.decoding.translate import Translator  # noqa: E402
@@ -97,7 +99,7 @@ def main(argv=None):
             path = export.export_run(args.run_dir, format="tflite", quantize=quantize,
                                      output_dir=tmp, name="model")
             record[key + "_mb"] = _size_mb(path)
-            runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner()
+            runner = Interpreter(model_path=str(path)).get_signature_runner()
             _one_at_a_time(record, key, rows, reference_ids, texts, bleu, lambda row: _upto_eos(
                 runner(source_ids=np.array([row], np.int32))["ids"][0]))
         if importlib.util.find_spec("ctranslate2") is not None:

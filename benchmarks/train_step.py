@@ -58,6 +58,11 @@ def main(argv=None):
     parser.add_argument("--warmup-steps", type=int, default=2, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=5, help="timed steps")
     parser.add_argument("--xla", action="store_true", help="compile the step with XLA")
+    parser.add_argument("--precision", default="float32",
+                        choices=("float32", "mixed_bfloat16", "mixed_float16"),
+                        help="Keras dtype policy of the step (float32; the FLOP count and the "
+                        "float32 matmul peak stay the same, so the MFU of a mixed policy can "
+                        "pass 1)")
     parser.add_argument("--grad-accum-steps", type=int, default=1,
                         help="split each batch into K micro-batches whose gradients are summed "
                              "before one update (what makes 25000-token batches fit in memory)")
@@ -80,6 +85,7 @@ def main(argv=None):
         tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
 
     peak = measure_matmul_peak()
+    keras.mixed_precision.set_global_policy(args.precision)
     keras.utils.set_random_seed(0)
     model = Transformer.from_preset(args.preset, vocab_size=args.vocab_size)
     model.build()
@@ -89,7 +95,7 @@ def main(argv=None):
                       loss=LabelSmoothedCrossEntropy(0.1), jit_compile=args.xla)
     else:  # exactly what `keras-transformer train` compiles (loss, optimizer, metrics if any)
         compile_model(model, make_config(preset=args.preset, grad_accum_steps=accum,
-                                         xla=args.xla).resolved())
+                                         xla=args.xla, precision=args.precision).resolved())
     shape = (args.batch // accum, args.length)  # one micro-batch
     rng = np.random.default_rng(0)
     src, tgt_in, labels = (rng.integers(1, args.vocab_size, shape).astype("int32")
@@ -127,6 +133,7 @@ def main(argv=None):
         "grad_accum_steps": accum,
         "vocab_size": args.vocab_size,
         "xla": args.xla,
+        "precision": args.precision,
         "optimizer": "keras_adam" if args.keras_adam else "fused_adam",
         "threads": {"inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
                     "intra_op": tf.config.threading.get_intra_op_parallelism_threads()},

@@ -13,6 +13,10 @@ CPU classes (what decides TensorFlow's speed here, see README "Kernels per CPU c
 
 TensorFlow turns its oneDNN kernels on by default only on AVX-512 CPUs; on the AVX2 class the
 command turns them on as well (measured faster for training there: ONEDNN_DEFAULT_ON).
+
+The bf16 classes (amx, avx512_bf16) have bf16 dot products in hardware: there training under
+Keras' mixed_bfloat16 policy is faster than float32, elsewhere it is several times slower
+(docs/performance.md). `choose_precision` makes that choice for `precision: auto`.
 """
 
 import os
@@ -55,6 +59,52 @@ def cpu_class(flags=None):
     if "avx2" in flags:
         return "avx2"
     return "other"
+
+
+# Classes whose CPUs compute bf16 dot products in hardware.
+BF16_CLASSES = ("amx", "avx512_bf16")
+
+
+def has_bf16(flags=None):
+    """Whether this CPU (or one with `flags`) has bf16 dot products in hardware."""
+    return cpu_class(flags) in BF16_CLASSES
+
+
+def choose_precision(flags=None, backend="tensorflow", accelerator=None):
+    """The Keras dtype policy for training where the config says `precision: auto`.
+
+    Args:
+        flags: the CPU's feature flags (default: this CPU's).
+        backend: Keras' backend.
+        accelerator: (platform, has_bf16) of the device JAX trains on, or None for a CPU.
+
+    Returns:
+        (policy, reason): mixed_bfloat16 on a GPU with bf16 under JAX and on the bf16 CPU
+        classes under TensorFlow (oneDNN's bf16 kernels), float32 elsewhere.
+    """
+    if accelerator is not None and accelerator[0] != "cpu":
+        platform, bf16 = accelerator
+        if bf16:
+            return "mixed_bfloat16", f"this {platform.upper()} computes in bf16"
+        return "float32", f"this {platform.upper()} has no bf16"
+    kind = cpu_class(flags)
+    if backend != "tensorflow":
+        return "float32", f"{backend} on a CPU (bf16 kernels are TensorFlow's oneDNN ones)"
+    if kind in BF16_CLASSES:
+        return "mixed_bfloat16", f"this CPU has bf16 dot products ({kind} class)"
+    return "float32", f"{kind} class: no bf16 in this CPU (mixed_bfloat16 would be slower)"
+
+
+def jax_accelerator():
+    """(platform, has_bf16) of JAX's first device; imports JAX (call it under JAX only)."""
+    import jax
+
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        return ("cpu", False)
+    capability = getattr(device, "compute_capability", None)  # CUDA: "8.0" and up has bf16
+    bf16 = capability is None or float(capability) >= 8.0
+    return (device.platform, bf16)
 
 
 def describe_cpu():

@@ -257,9 +257,10 @@ def _strip(ids):
 
 
 def _run_tflite(path, rows):
-    import tensorflow as tf
+    # LiteRT's interpreter: tf.lite.Interpreter is deprecated (TensorFlow 2.21 warns).
+    from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = tf.lite.Interpreter(model_path=str(path))
+    interpreter = Interpreter(model_path=str(path))
     runner = interpreter.get_signature_runner()
     return [runner(source_ids=np.array([row], np.int32))["ids"][0] for row in rows]
 

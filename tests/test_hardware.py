@@ -71,3 +71,43 @@ def test_the_command_applies_the_cpu_default():
 def test_the_console_is_set_up_before_tensorflow_loads():
     _, loaded = _command_state()
     assert not loaded
+
+
+# Flag sets as /proc/cpuinfo records them on the three kinds of machine this project runs on
+# (abridged to the flags that decide): an AVX2 AMD EPYC (Zen 2/3), an AVX-512 Intel Xeon
+# without bf16 (Cascade Lake), and bf16 machines (AMD EPYC Zen 4; Intel Sapphire Rapids: AMX).
+AVX2_EPYC = set("fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi2 sha_ni".split())
+AVX512_XEON = AVX2_EPYC | set("avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni".split())
+ZEN4_EPYC = AVX512_XEON | {"avx512_bf16"}
+SAPPHIRE_RAPIDS = ZEN4_EPYC | {"amx_bf16", "amx_tile", "amx_int8"}
+
+
+def test_auto_precision_is_bf16_only_where_the_cpu_has_it():
+    for flags, policy in ((AVX2_EPYC, "float32"), (AVX512_XEON, "float32"),
+                          (ZEN4_EPYC, "mixed_bfloat16"), (SAPPHIRE_RAPIDS, "mixed_bfloat16")):
+        chosen, reason = hardware.choose_precision(flags)
+        assert chosen == policy, (sorted(flags), reason)
+        assert hardware.has_bf16(flags) == (policy == "mixed_bfloat16")
+        assert hardware.cpu_class(flags) in reason
+    # JAX on a CPU keeps float32 (bf16 kernels are oneDNN's); a bf16 GPU trains in bf16.
+    assert hardware.choose_precision(SAPPHIRE_RAPIDS, "jax", ("cpu", False))[0] == "float32"
+    assert hardware.choose_precision(AVX2_EPYC, "jax", ("gpu", True))[0] == "mixed_bfloat16"
+    assert hardware.choose_precision(AVX2_EPYC, "jax", ("gpu", False))[0] == "float32"
+
+
+def test_the_config_resolves_auto_and_a_resumed_run_keeps_its_precision(monkeypatch):
+    from keras_transformer.runs import config as config_module
+    from keras_transformer.runs.config import make_config
+
+    for flags, policy in ((AVX2_EPYC, "float32"), (SAPPHIRE_RAPIDS, "mixed_bfloat16")):
+        monkeypatch.setattr(hardware, "cpu_flags", lambda flags=flags: set(flags))
+        config = make_config(preset="tiny").resolved()
+        assert config.precision == policy
+        assert f"precision {policy} [auto: " in config.describe()
+    # A run trained in bf16 resumes on an AVX2 machine in bf16: auto is not a change.
+    assert config.continued(make_config(preset="tiny")).precision == "mixed_bfloat16"
+    assert config.continued(make_config(precision="auto")).precision == "mixed_bfloat16"
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: set(AVX2_EPYC))
+    assert config_module.TrainConfig.from_document(config.to_dict(), "x").resolved() \
+        .precision == "mixed_bfloat16"
+    assert make_config(precision="float32").resolved().sources.get("precision") == "given"

@@ -28,6 +28,7 @@ from keras_transformer.runs.settings import (FILE, FLAG, GIVEN, PRESET, Section,
 from pipelines.datasets import DATASETS
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+AUTO = "auto"  # a value resolved for this machine when the config is resolved
 STRATEGIES = ("default", "mirrored", "multiworker")
 POSITIONAL = ("sinusoidal", "learned")
 # The learned positional table's length where the preset does not give one.
@@ -172,7 +173,10 @@ class OptimizationSettings(Section):
                                                default_text=_PRESET)
     lr_scale: float = setting(1.0, "multiplier on the paper's learning rate", check=positive)
     grad_accum_steps: int = setting(1, "batches per optimizer update", check=positive)
-    precision: str = setting("float32", "Keras dtype policy", choices=POLICIES)
+    precision: str = setting(AUTO, "Keras dtype policy; auto: mixed_bfloat16 on CPUs with bf16 "
+                             "(avx512_bf16, AMX) and GPUs with bf16 under JAX, else float32. "
+                             "Variables, the loss and the softmax stay float32",
+                             choices=(AUTO, *POLICIES))
     xla: bool = setting(False, "compile the training step with XLA")
     seed: int = setting(1234, "random seed (data order, initialization, dropout)",
                         prepare=True)
@@ -236,6 +240,9 @@ class TrainConfig(Settings):
             if optimization[key] is None:
                 optimization[key] = training[key]
                 sources.setdefault(key, PRESET)
+        if optimization["precision"] == AUTO:
+            optimization["precision"], reason = _machine_precision()
+            sources["precision"] = f"auto: {reason}"
         config = dataclasses.replace(self, model=model,
                                      optimization=OptimizationSettings(**optimization))
         config.sources.update(sources)
@@ -265,7 +272,8 @@ class TrainConfig(Settings):
         keys = type(self).keys()
         saved, changes, changed = self.values(), {}, {}
         for key in requested.sources:
-            if key not in keys or requested.sources[key] == PRESET:
+            if (key not in keys or requested.sources[key] == PRESET
+                    or getattr(requested, key) == AUTO):  # auto: whatever the run has
                 continue
             value, meta = getattr(requested, key), keys[key][1].metadata
             if meta["resumable"] or meta["location"]:
@@ -301,6 +309,17 @@ class TrainConfig(Settings):
             if architecture.get("max_length") is not None:
                 document["max_positions"] = architecture["max_length"]
         return cls.from_values(cls.flatten(document, where))
+
+
+def _machine_precision():
+    """(policy, reason) of `precision: auto` on this machine and backend."""
+    import keras
+
+    from keras_transformer import hardware
+
+    backend = keras.backend.backend()
+    accelerator = hardware.jax_accelerator() if backend == "jax" else None
+    return hardware.choose_precision(backend=backend, accelerator=accelerator)
 
 
 def load_config_file(path):

@@ -244,7 +244,9 @@ class Run:
 
     def load_model(self, prefer_averaged=True, path=None):
         """The trained model: `path` if given, else averaged.keras (when `prefer_averaged`
-        and present), else model.keras."""
+        and present), else model.keras. It computes in float32 whatever policy it was trained
+        under (a mixed policy keeps float32 variables: nothing is lost); a translator casts it
+        to bf16 where it wants."""
         import keras
 
         from keras_transformer.models import transformer  # noqa: F401  (registers its layers)
@@ -253,12 +255,18 @@ class Run:
         if not path.is_file():
             raise RunError(f"{path} not found: is {self.directory} a finished training run?")
         try:
-            return keras.models.load_model(path, compile=False)
+            model = keras.models.load_model(path, compile=False)
         except (OSError, ValueError) as error:
             if path.stat().st_size == 0 or "zip" in str(error).lower():
                 raise RunError(f"{path} is damaged ({error}); train again or average the "
                                "checkpoints into a new model file.") from None
             raise
+        if model.dtype_policy.name == "float32":
+            return model
+        plain = type(model).from_config({**model.get_config(), "dtype": "float32"})
+        plain.build()
+        plain.set_weights(model.get_weights())
+        return plain
 
     def save_model(self, model, averaged=False, path=None):
         """Saves to `path`, else averaged.keras or model.keras; returns the path."""

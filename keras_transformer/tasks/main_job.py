@@ -11,8 +11,9 @@ The quick run (`make demo`) trains the recipe (settings below) with 2 layers and
 (en-fr: 0.2); for en-de it trains two more models into the ensemble's member directories and
 decodes the three as an ensemble (ENSEMBLE_BY_TARGET). Each member's weights are chosen on val
 alone, then the ensemble's length penalty. docs/results.md has the sweeps behind each choice.
-Both recipes are bounded by steps, not by the clock, so every machine trains the same model (a
-slower machine takes longer). Every choice the job makes is made on val and saved in the run
+Both recipes are bounded by steps, not by the clock, so every machine trains the same recipe
+(a slower machine takes longer), in mixed_bfloat16 where the CPU has bf16 and in float32
+elsewhere (`precision: auto`). Every choice the job makes is made on val and saved in the run
 (`Run.save_decoding`), so that translate, evaluate and export decode as the job did; test2016
 is decoded once, at the end, and only reported.
 """
@@ -228,7 +229,9 @@ def _training_line(training):
     minutes are that piece's)."""
     start, step = training.get("start_step") or 0, training.get("step")
     resumed = f" (this piece: steps {start}-{step})" if start else ""
-    return (f"  training: step {step}{resumed} in {training.get('seconds', 0) / 60:.1f} min "
+    precision = f" in {training['precision']}" if training.get("precision") else ""
+    minutes = training.get("seconds", 0) / 60
+    return (f"  training: step {step}{resumed}{precision} in {minutes:.1f} min "
             f"({training.get('stopped')}); dev perplexity "
             f"{training.get('val_perplexity', float('nan')):.2f}")
 

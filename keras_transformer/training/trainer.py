@@ -55,7 +55,17 @@ def compile_model(model, config):
 
 
 def train(config):
-    """Runs (or resumes) training as configured. Returns a summary dict."""
+    """Runs (or resumes) training as configured. Returns a summary dict.
+
+    The Keras dtype policy is the config's while training, and the process's own again after."""
+    previous = keras.mixed_precision.global_policy()
+    try:
+        return _train(config)
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+
+
+def _train(config):
     run = Run(config.output_dir)
     config = run.config_for(config)  # a new run's config, or the saved one continued
     keras.mixed_precision.set_global_policy(config.precision)
@@ -157,6 +167,7 @@ def train(config):
     if chief:
         summary["model"] = str(run.save_model(model))
     summary["backend"] = keras.backend.backend()
+    summary["precision"] = config.precision
     print(f"training done: step {start_step} -> {step} in {seconds:.0f} s "
           f"({summary['tokens_per_s']:.0f} tokens/s, source + target), {summary['stopped']}"
           + (f"; dev loss {summary['val_loss']:.3f}, perplexity {summary['val_perplexity']:.2f}"
