@@ -7,6 +7,8 @@ and, with --engine ctranslate2, CTranslate2's on the same weights in the same ru
     python benchmarks/decode.py --preset base --batch 1 --src-len 15 --out-len 15 \
         --engine ctranslate2
     python benchmarks/decode.py --preset base --profile /tmp/decode-profile    # top ops
+    python benchmarks/decode.py --preset base --precision bfloat16            # bf16 search
+    python benchmarks/decode.py --preset base --compare    # float32, bf16, CTranslate2 float32
 
 Every hypothesis is forced to exactly `out-len` tokens (EOS is masked before and forced at the
 last position; CTranslate2: minimum and maximum decoding length), so runs are comparable
@@ -21,6 +23,13 @@ threads, and `ratio_vs_ctranslate2` is our tokens/s over CTranslate2's (> 1: our
 decoder and the output projection); `achieved_gflops` divides it by each engine's time, to be
 read against `matmul_peak_gflops`, TensorFlow's best large square matmul measured in the same
 run (`benchmarks/gemm.py` gives the rates of the search's own matmul shapes).
+
+--precision bfloat16 searches the model as `Translator(precision="bfloat16")` does: a copy with
+Keras' "bfloat16" policy, its weights cast once (`decoding.precision.cast_model`). --compare
+times, in one process on the same weights, our search in float32 (the record's own keys), in
+bfloat16 (`bf16_*`, and `bf16_speedup`: float32 seconds over bf16 seconds) and CTranslate2 (its
+keys as with --engine ctranslate2, float32 unless --quantize; `bf16_ratio_vs_ctranslate2`:
+CTranslate2's seconds over bf16's, > 1: ours in bf16 is faster).
 """
 
 import argparse
@@ -40,6 +49,7 @@ import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
 from keras_transformer.decoding.beam_search import beam_search  # noqa: E402
+from keras_transformer.decoding.precision import cast_model  # noqa: E402
 from keras_transformer.decoding.search import greedy_search, model_step  # noqa: E402
 from pipelines.special_ids import EOS_ID  # noqa: E402
 
@@ -72,6 +82,30 @@ def ctranslate2_seconds(model, source, args):
         return timed(run, args.repeats)[0]
 
 
+def search_function(model, args):
+    """Our search of `model` as one tf.function, every hypothesis forced to out-len tokens."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)],
+                 jit_compile=args.xla or None)
+    def search(source_ids):
+        limits = tf.fill([tf.shape(source_ids)[0]], args.out_len)
+        step_fn, state, limits, steps = model_step(model, source_ids, args.beam, args.out_len,
+                                                   limits=limits)
+        if args.beam == 1:
+            return greedy_search(step_fn, state, limits, steps, min_length=args.out_len)[0]
+        return beam_search(step_fn, state, limits, args.beam, 0.6, steps,
+                           min_length=args.out_len)["ids"][:, 0]
+
+    return search
+
+
+def search_seconds(search, source, args):
+    """Median seconds of `search` on `source` (traced and warmed up first)."""
+    ids = search(source).numpy()
+    assert ids.shape[1] == args.out_len and np.all(ids[:, -1] == EOS_ID), "length not forced"
+    return timed(lambda: search(source).numpy(), args.repeats)[0]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="base")
@@ -88,6 +122,11 @@ def main(argv=None):
                         help="CTranslate2 weights (none: float32)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="threads for both engines (default: every core)")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                        help="what our search computes in (bfloat16: weights cast once)")
+    parser.add_argument("--compare", action="store_true",
+                        help="time our search in float32 and in bfloat16 and CTranslate2 (float32 "
+                        "unless --quantize) in one run; one JSON line with the three")
     parser.add_argument("--profile", metavar="LOGDIR",
                         help="profile one timed run of our search; prints the top op types")
     args = parser.parse_args(argv)
@@ -100,20 +139,10 @@ def main(argv=None):
     source = rng.integers(4, args.vocab_size, (args.batch, args.src_len)).astype("int32")
     source[:, -1] = EOS_ID
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)],
-                 jit_compile=args.xla or None)
-    def search(source_ids):
-        limits = tf.fill([tf.shape(source_ids)[0]], args.out_len)
-        step_fn, state, limits, steps = model_step(model, source_ids, args.beam, args.out_len,
-                                                   limits=limits)
-        if args.beam == 1:
-            return greedy_search(step_fn, state, limits, steps, min_length=args.out_len)[0]
-        return beam_search(step_fn, state, limits, args.beam, 0.6, steps,
-                           min_length=args.out_len)["ids"][:, 0]
-
-    ids = search(source).numpy()  # trace and warm up
-    assert ids.shape[1] == args.out_len and np.all(ids[:, -1] == EOS_ID), "length not forced"
-    seconds, _ = timed(lambda: search(source).numpy(), args.repeats)
+    precision = "float32" if args.compare else args.precision
+    searched = cast_model(model, precision)
+    search = search_function(searched, args)
+    seconds = search_seconds(search, source, args)
     tokens = args.batch * args.out_len
     flops = search_flops(model, args.batch, args.beam, args.src_len, args.out_len)
     peak = measure_matmul_peak()
@@ -122,6 +151,7 @@ def main(argv=None):
         "search": "greedy" if args.beam == 1 else "beam", "beam": args.beam,
         "batch": args.batch, "src_len": args.src_len, "out_len": args.out_len,
         "vocab_size": args.vocab_size, "xla": args.xla, "threads": args.threads,
+        "precision": precision,
         "seconds": round(seconds, 4),
         "target_tokens_per_s": round(tokens / seconds, 1),
         "sentences_per_s": round(args.batch / seconds, 2),
@@ -134,7 +164,15 @@ def main(argv=None):
         search(source).numpy()
         tf.profiler.experimental.stop()
         record["top_ops_ms"] = op_time_table(args.profile, top=15)
-    if args.engine == "ctranslate2":
+    if args.compare:
+        bf16 = search_seconds(search_function(cast_model(model, "bfloat16"), args), source, args)
+        record.update({
+            "bf16_seconds": round(bf16, 4),
+            "bf16_target_tokens_per_s": round(tokens / bf16, 1),
+            "bf16_achieved_gflops": round(flops / bf16 / 1e9, 1),
+            "bf16_speedup": round(seconds / bf16, 3),
+        })
+    if args.engine == "ctranslate2" or args.compare:
         import ctranslate2
 
         ct2 = ctranslate2_seconds(model, source, args)
@@ -146,6 +184,8 @@ def main(argv=None):
             "ctranslate2_achieved_gflops": round(flops / ct2 / 1e9, 1),
             "ratio_vs_ctranslate2": round(ct2 / seconds, 3),
         })
+        if args.compare:
+            record["bf16_ratio_vs_ctranslate2"] = round(ct2 / record["bf16_seconds"], 3)
     emit(record)
 
 

@@ -115,7 +115,8 @@ def saved_model(run_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def in_process(run_dir, test_set):
-    translator = Translator.from_run(run_dir, beam_size=4, alpha=0.6, batch_size=SENTENCES)
+    translator = Translator.from_run(run_dir, beam_size=4, alpha=0.6, batch_size=SENTENCES,
+                                     precision="float32")  # the exports are float32
     return translator
 
 

@@ -1,14 +1,15 @@
 """`translate`, `evaluate`, `attention` and `parse`: decoding with a trained run.
 
 `translate`, `evaluate` and `attention` decode with the choice saved in the run (model, beam,
-alpha: `decoding.choice`) unless a flag says otherwise, and say on standard error which they
-used; `parse` uses the paper's parsing search (`defaults.PARSING`).
+alpha: `decoding.choice`) unless a flag says otherwise, in the precision `--precision` resolves
+for this machine (`decoding.precision`), and say on standard error which they used; `parse`
+uses the paper's parsing search (`defaults.PARSING`).
 """
 
 import sys
 
 from keras_transformer.cli.flags import (
-    add_engine_flags, add_io_flags, add_model_flags, tensorflow_only)
+    add_engine_flags, add_io_flags, add_model_flags, add_precision_flag, tensorflow_only)
 
 
 def decoder(args):
@@ -18,15 +19,23 @@ def decoder(args):
     from keras_transformer.runs import open_run
 
     run = open_run(args.run_dir)  # an ensemble's directory too
-    choice = decoding_choice(run, model=args.model, beam_size=args.beam, alpha=args.alpha)
-    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+    ctranslate2 = getattr(args, "engine", "tensorflow") == "ctranslate2"
+    if ctranslate2 and args.precision != "auto":
+        from keras_transformer.errors import InputError
+
+        raise InputError(f"--precision {args.precision} is for --engine tensorflow: the "
+                         "CTranslate2 export computes in the type it was exported with.")
+    choice = decoding_choice(run, model=args.model, beam_size=args.beam, alpha=args.alpha,
+                             precision=None if ctranslate2 else args.precision)
+    if ctranslate2:
         translator, label = ctranslate2_translator(args, choice)
     else:
         from keras_transformer.decoding.translate import Translator
 
         translator = Translator.from_run(run, choice.model_file, beam_size=choice.beam_size,
                                          alpha=choice.alpha, batch_size=args.batch_size,
-                                         jit_compile=getattr(args, "xla", False))
+                                         jit_compile=getattr(args, "xla", False),
+                                         precision=choice.precision)
         label = None
     print(choice.describe(label), file=sys.stderr)
     return translator, run, choice
@@ -197,6 +206,7 @@ def register(commands):
         "tokens) are truncated with a warning.",
     )
     add_model_flags(parser)
+    add_precision_flag(parser)
     add_engine_flags(parser)
     add_io_flags(parser)
     parser.add_argument("--nbest", action="store_true",
@@ -215,6 +225,7 @@ def register(commands):
         "the same way). Only sacreBLEU is comparable across papers and tools.",
     )
     add_model_flags(parser)
+    add_precision_flag(parser)
     add_engine_flags(parser)
     parser.add_argument("--split", default="test", choices=("dev", "test"),
                         help="which split of the run's dataset (test)")
@@ -231,6 +242,7 @@ def register(commands):
         "weights: encoder self-attention, decoder self-attention and encoder-decoder attention.",
     )
     add_model_flags(parser)
+    add_precision_flag(parser)
     parser.add_argument("sentence", help="source sentence")
     parser.add_argument("--layer", type=int, help="layer, from 1 (default: the last)")
     parser.add_argument("--head", type=int, default=1, help="head, from 1 (1)")

@@ -39,6 +39,13 @@ def add_model_flags(parser, search=None, alpha_hint=""):
                         help=f"sentences per batch ({search.batch_size})")
 
 
+def add_precision_flag(parser):
+    parser.add_argument("--precision", default="auto", choices=("auto", "float32", "bfloat16"),
+                        help="what the search computes in: auto (default) is bfloat16 on CPUs "
+                        "with bf16 units (AMX, AVX-512 BF16: faster there, the same output on "
+                        "most sentences) and float32 elsewhere; the exports stay float32")
+
+
 def add_engine_flags(parser):
     parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
                         help="tensorflow: our search on the run's Keras model (default); "

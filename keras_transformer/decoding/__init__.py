@@ -3,6 +3,8 @@
     search.py        greedy search; `model_step` bridges a Transformer to the searches
     beam_search.py   beam search with the GNMT length penalty (Section 6.1)
     translate.py     Translator: batching, tokenization, truncation, n-best
+    precision.py     float32 or bfloat16 (where the CPU has bf16 units): the choice, the cast
+    choice.py        what a command decodes a run with, said in one line
 """
 
 from keras_transformer.decoding.translate import Translator  # noqa: F401

@@ -1,17 +1,20 @@
-"""What a command decodes a run with: the model file, beam size and length penalty.
+"""What a command decodes a run with: the model file, beam size, length penalty and precision.
 
 Each comes from the command's flag when given, else from the choice saved in the run (its
 decoding.json: `Run.decoding()`, written by the main job and by `keras-transformer average`),
-else from `defaults.TRANSLATION`; `describe()` says which, in one line.
+else from `defaults.TRANSLATION`; `describe()` says which, in one line. The precision, when
+asked for, is resolved for this machine (`decoding.precision`: "auto" is bfloat16 on CPUs with
+bf16 units) and described with its reason.
 
-    choice = decoding_choice(run, beam_size=args.beam)   # None: not given
-    choice.model_file, choice.beam_size, choice.alpha
+    choice = decoding_choice(run, beam_size=args.beam, precision=args.precision)
+    choice.model_file, choice.beam_size, choice.alpha, choice.precision
     print(choice.describe(), file=sys.stderr)
 """
 
 import dataclasses
 import pathlib
 
+from keras_transformer.decoding.precision import resolve_precision
 from keras_transformer.defaults import TRANSLATION
 
 FLAG = "given"
@@ -32,6 +35,9 @@ class DecodingChoice:
         chosen_by: who saved the run's choice (None when the run has none).
         weights: the saved label of the chosen weights (e.g. "average of the last 5
             checkpoints"), if any.
+        precision: "float32" or "bfloat16" (None: not part of the choice, e.g. for another
+            engine).
+        precision_reason: why, in one line (`precision.resolve_precision`).
     """
 
     model_file: pathlib.Path | None
@@ -41,10 +47,13 @@ class DecodingChoice:
     origins: dict
     chosen_by: str | None = None
     weights: str | None = None
+    precision: str | None = None
+    precision_reason: str | None = None
 
     def describe(self, model_label=None):
         """One line: what is used and where it came from, e.g. "decoding with averaged.keras,
-        beam 4, alpha 1.0 (chosen by the main job, on val; --model/--beam/--alpha override)".
+        beam 4, alpha 1.0 (chosen by the main job, on val; --model/--beam/--alpha override);
+        bf16: this CPU has avx512_bf16; --precision float32 restores float32".
         `model_label` replaces the model's name (e.g. a CTranslate2 export folder)."""
         label = model_label or self.model_label
         if self.weights and self.origins["model"] == SAVED and model_label is None:
@@ -63,14 +72,17 @@ class DecodingChoice:
         if DEFAULT in groups:
             parts.append("the defaults: the run saved no choice" if everything
                          else ", ".join(groups[DEFAULT]) + ": the default")
-        return (f"decoding with {label}, beam {self.beam_size}, alpha {self.alpha} "
+        line = (f"decoding with {label}, beam {self.beam_size}, alpha {self.alpha} "
                 f"({'; '.join(parts)}; --model/--beam/--alpha override)")
+        return line + (f"; {self.precision_reason}" if self.precision_reason else "")
 
 
-def decoding_choice(run, model=None, beam_size=None, alpha=None, search=TRANSLATION):
+def decoding_choice(run, model=None, beam_size=None, alpha=None, search=TRANSLATION,
+                    precision=None):
     """The `DecodingChoice` for `run` (a `Run` or `EnsembleRun`): each of `model` (a path),
     `beam_size`, `alpha` where given (not None), else the run's saved choice, else `search`'s
-    default (the model: `Run.model_file()`, averaged.keras if present)."""
+    default (the model: `Run.model_file()`, averaged.keras if present); `precision` ("auto",
+    "float32", "bfloat16"; None: left out) resolved for this machine."""
     saved = run.decoding()
     origins = {}
     if model is not None:
@@ -90,6 +102,8 @@ def decoding_choice(run, model=None, beam_size=None, alpha=None, search=TRANSLAT
             values[key], origins[name] = saved[key], SAVED
         else:
             values[key], origins[name] = default, DEFAULT
+    if precision is not None:
+        values["precision"], values["precision_reason"] = resolve_precision(precision)
     return DecodingChoice(model_file=model_file, model_label=label, origins=origins,
                           chosen_by=saved.get("chosen_by"), weights=saved.get("weights"),
                           **values)

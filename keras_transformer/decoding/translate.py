@@ -2,13 +2,19 @@
 
     translator = Translator.from_run("runs/multi30k-en-de")     # the averaged model if any
     translator.translate(["A dog runs in the park."])
+
+The translator decodes in bfloat16 on CPUs with bf16 units and in float32 elsewhere
+(`precision="auto"`, see `decoding.precision`); `precision="float32"` decodes in float32 (with
+the model itself when it is a float32 one, as before the choice existed).
 """
 
 import logging
 
+import keras
 import numpy as np
 
 from keras_transformer.decoding.beam_search import compiled_beam_search
+from keras_transformer.decoding.precision import cast_model, copy_weights, resolve_precision
 from keras_transformer.decoding.search import (
     XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
@@ -39,19 +45,31 @@ class Translator:
             compilation of seconds per shape: worth it for many batches or a long-lived
             process. Under JAX the search is always compiled (jax.jit), widths padded
             the same way.
+        precision: "auto" (bfloat16 on CPUs with bf16 units, AMX or AVX-512 BF16; float32
+            elsewhere), "float32" or "bfloat16". In bfloat16 the translator searches a copy
+            of `model` whose weights are cast to bfloat16 here, once (`self.model`; the
+            LayerNorms keep float32); the log-softmax, scores and length penalty stay float32. A model still being trained
+            (its optimizer has stepped since the copy) is copied again before a translation.
+
+    Attributes:
+        precision: the dtype it computes in, "float32" or "bfloat16".
+        precision_reason: why, in one line (e.g. "bf16: this CPU has avx512_bf16; ...").
     """
 
     def __init__(self, model, tokenizer, beam_size=TRANSLATION.beam_size,
                  alpha=TRANSLATION.alpha, max_input_length=MAX_LENGTH,
                  batch_size=TRANSLATION.batch_size, extra_length=TRANSLATION.extra_length,
-                 jit_compile=False):
+                 jit_compile=False, precision="auto"):
         if not isinstance(beam_size, int) or beam_size < 1:
             raise InputError(f"beam_size={beam_size!r} must be an integer of at least 1.")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r} must be an integer of at least 1.")
         if alpha < 0:
             raise InputError(f"alpha={alpha!r} must be at least 0.")
-        self.model, self.tokenizer = model, tokenizer
+        self.precision, self.precision_reason = resolve_precision(precision)
+        self.source_model, self.tokenizer = model, tokenizer
+        self.model = cast_model(model, self.precision)
+        self._copied_at = _optimizer_step(model)
         # Text <-> ids in plain Python (sentencepiece), the same on every backend.
         self.vocabulary = (tokenizer if isinstance(tokenizer, Vocabulary)
                            else Vocabulary(tokenizer.model_proto))
@@ -59,11 +77,11 @@ class Translator:
         self.max_input_length, self.batch_size = max_input_length, batch_size
         self.jit_compile = jit_compile
         if beam_size == 1:
-            greedy = compiled_greedy_search(model, extra_length=extra_length,
+            greedy = compiled_greedy_search(self.model, extra_length=extra_length,
                                             jit_compile=jit_compile)
             self._search = lambda ids: _as_nbest(*greedy(ids))
         else:
-            self._search = compiled_beam_search(model, beam_size, alpha,
+            self._search = compiled_beam_search(self.model, beam_size, alpha,
                                                 extra_length=extra_length,
                                                 jit_compile=jit_compile)
 
@@ -81,7 +99,17 @@ class Translator:
         """The search on a batch of id rows ((N, S) int32, EOS-terminated, 0-padded, e.g. from
         `encode`): {"ids": (N, K, T) hypotheses best first, "scores": (N, K)}, K = 1 for greedy
         search."""
+        self._follow_training()
         return self._search(source_ids)
+
+    def _follow_training(self):
+        """Copies the weights again into a cast copy of a model that has trained since."""
+        if self.model is self.source_model:
+            return
+        step = _optimizer_step(self.source_model)
+        if step != self._copied_at:
+            copy_weights(self.source_model, self.model)
+            self._copied_at = step
 
     def encode(self, sentences):
         """Strings -> list of id lists (EOS-terminated, truncated to max_input_length)."""
@@ -128,6 +156,13 @@ class Translator:
         batch, beams, length = ids.shape
         flat = self.vocabulary.decode(ids.reshape(batch * beams, length))
         return [flat[b * beams:(b + 1) * beams] for b in range(batch)]
+
+
+def _optimizer_step(model):
+    """The optimizer's step count of a model being trained (None without an optimizer)."""
+    optimizer = getattr(model, "optimizer", None)
+    iterations = getattr(optimizer, "iterations", None)
+    return None if iterations is None else int(keras.ops.convert_to_numpy(iterations))
 
 
 def _as_nbest(ids, scores):

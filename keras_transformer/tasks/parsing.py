@@ -26,9 +26,11 @@ class Parser:
     def from_run(cls, run, model_file=None, beam_size=PARSING.beam_size, alpha=PARSING.alpha,
                  batch_size=PARSING.batch_size):
         """A parser of a run (a `Run` or its directory) trained on dataset "ptb"."""
+        # float32: bf16 parsing has not been measured against the trees' F1.
         translator = Translator.from_run(run, model_file, beam_size=beam_size, alpha=alpha,
                                          batch_size=batch_size,
-                                         extra_length=PARSING.extra_length)
+                                         extra_length=PARSING.extra_length,
+                                         precision="float32")
         return cls(translator)
 
     def parse(self, sentences, progress=None):
