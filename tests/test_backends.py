@@ -83,7 +83,8 @@ def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepar
     assert cli.main(["average", "--run-dir", str(run_dir), "--last", "2"]) == 0
     assert "ckpt-3.weights.h5, ckpt-6.weights.h5" in capsys.readouterr().out
     assert cli.main(["evaluate", "--run-dir", str(run_dir), "--src", str(toy_corpus["dev.src"]),
-                     "--ref", str(toy_corpus["dev.tgt"]), "--beam", "2"]) == 0
+                     "--ref", str(toy_corpus["dev.tgt"]), "--beam", "2",
+                     "--precision", "float32"]) == 0  # auto would be bf16 on some CPUs
     tf_score = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert cli.main(["export", "--run-dir", str(run_dir), "--output-dir",
                      str(tmp_path / "export")]) == 0
@@ -91,7 +92,7 @@ def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepar
     # The same weights evaluated under JAX (no TensorFlow) score the same.
     evaluated = jax_command("evaluate", "--run-dir", str(run_dir), "--src",
                             str(toy_corpus["dev.src"]), "--ref", str(toy_corpus["dev.tgt"]),
-                            "--beam", "2")
+                            "--beam", "2", "--precision", "float32")
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert json.loads(evaluated.stdout.strip().splitlines()[-1])["sacrebleu"] == pytest.approx(
         tf_score["sacrebleu"], abs=0.01)

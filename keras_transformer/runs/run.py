@@ -250,6 +250,7 @@ class Run:
         import keras
 
         from keras_transformer.models import transformer  # noqa: F401  (registers its layers)
+        from keras_transformer.models.casting import cast_model
 
         path = pathlib.Path(path) if path else self.model_file(prefer_averaged)
         if not path.is_file():
@@ -261,12 +262,7 @@ class Run:
                 raise RunError(f"{path} is damaged ({error}); train again or average the "
                                "checkpoints into a new model file.") from None
             raise
-        if model.dtype_policy.name == "float32":
-            return model
-        plain = type(model).from_config({**model.get_config(), "dtype": "float32"})
-        plain.build()
-        plain.set_weights(model.get_weights())
-        return plain
+        return cast_model(model, "float32")
 
     def save_model(self, model, averaged=False, path=None):
         """Saves to `path`, else averaged.keras or model.keras; returns the path."""
