@@ -14,7 +14,6 @@ it is resolved, and says where each value came from.
 
 import argparse
 import dataclasses
-import textwrap
 import typing
 
 from keras_transformer.errors import ConfigError
@@ -209,8 +208,7 @@ class Settings:
                     continue
                 source = self.sources.get(field.name)
                 items.append(f"{field.name} {value}" + (f" [{source}]" if source else ""))
-            lines += textwrap.wrap(", ".join(items), width, initial_indent=f"  {name}: ",
-                                   subsequent_indent="    ")
+            lines += _wrap(items, width, f"  {name}: ", "    ")
         return "\n".join(lines)
 
     # -- the command line -----------------------------------------------------------------------
@@ -243,3 +241,16 @@ class Settings:
 
 def _section_keys(cls, section):
     return [field.name for field, *_ in cls.sections()[section].declarations()]
+
+
+def _wrap(items, width, first, indent):
+    """Lines of comma-separated items, never breaking an item (a value and its source)."""
+    lines, line = [], first
+    for i, item in enumerate(items):
+        text = item + ("," if i < len(items) - 1 else "")
+        if len(line) + len(text) + 1 > width and line.strip() and line != first:
+            lines.append(line.rstrip())
+            line = indent
+        line += ("" if line in (first, indent) else " ") + text
+    lines.append(line.rstrip())
+    return lines
