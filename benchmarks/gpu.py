@@ -7,7 +7,8 @@
 Made for a GPU machine with JAX (CUDA), and optionally PyTorch and KerasHub, and no TensorFlow:
 the script blocks `import tensorflow` (a CPU run here behaves as it will there) and runs Keras on
 JAX (KERAS_BACKEND defaults to "jax"). Without internet, bring the wheels of keras, namex,
-optree (cp312) and keras-hub in a folder .whl (README.md, "Benchmark on a GPU", gives the download command),
+optree (cp312) and keras-hub in a folder .whl (docs/backends.md, "On a GPU machine without
+internet", gives the download command),
 then, from the repository root:
 
     python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl

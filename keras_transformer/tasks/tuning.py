@@ -56,12 +56,16 @@ def choose_alpha(model, tokenizer, max_length, sources, references,
     sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)})."""
     import sacrebleu
 
+    from keras_transformer.decoding.precision import cast_model, resolve_precision
     from keras_transformer.decoding.translate import Translator
 
+    # The model in the precision a translator picks here, cast once for every alpha.
+    precision = resolve_precision()[0]
+    model = cast_model(model, precision)
     results, best = {}, None
     for alpha in ALPHAS:
         translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
-                                max_input_length=max_length)
+                                max_input_length=max_length, precision=precision)
         bleu = sacrebleu.corpus_bleu(translator.translate(sources), [references])
         results[alpha] = (round(bleu.score, 2), round(bleu.bp, 3))
         print(f"  val (first {len(sources)} sentences, beam {beam}): alpha {alpha}: sacreBLEU "
