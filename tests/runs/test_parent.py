@@ -59,6 +59,7 @@ def dev_loss(run_dir):
     return validation.evaluate()["val_loss"]
 
 
+@pytest.mark.slow  # trains 10 steps (~10 s)
 def test_a_child_starts_at_its_parents_dev_loss_and_keeps_its_vocabulary(
         tiny_run, toy_corpus, new_corpus, tmp_path, capsys):
     child = tmp_path / "child"
