@@ -3,6 +3,8 @@ architecture and vocabulary, and trains, resumes and averages as any run."""
 
 import hashlib
 import json
+import os
+import pathlib
 import random
 
 import keras
@@ -70,6 +72,13 @@ def test_a_child_starts_at_its_parents_dev_loss_and_keeps_its_vocabulary(
 
     parent = Run(tiny_run)
     assert Run(child).vocabulary_bytes() == parent.vocabulary_bytes()
+    # The new data were prepared with that vocabulary, and the cache keys them by it.
+    cache = pathlib.Path(os.environ["KERAS_TRANSFORMER_DATA_CACHE"])
+    own = {"sha256": hashlib.sha256(parent.vocabulary_bytes()).hexdigest()}
+    assert any(manifest["vocabulary"] == own and str(new_corpus["train.src"].resolve())
+               in json.dumps(manifest["source"])
+               for manifest in map(json.loads, map(pathlib.Path.read_text,
+                                                   cache.glob("*/manifest.json"))))
     saved = json.loads((child / "config.json").read_text())
     assert saved["parent"] == {
         "init_from": str(tiny_run), "parent_model": str(tiny_run / "model.keras"),
