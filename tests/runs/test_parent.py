@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import cli
-from keras_transformer.errors import ConfigError
+from keras_transformer.errors import ConfigError, RunError
 from keras_transformer.runs import Run, make_config
 from keras_transformer.runs.parent import initialize, with_parent
 from keras_transformer.training import train
@@ -158,3 +158,12 @@ def test_a_mixed_precision_child_starts_from_the_parents_float32_weights(tiny_ru
     for a, b in zip(expected, model.weights):
         np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
                                       keras.ops.convert_to_numpy(b))
+
+
+def test_a_parent_changed_since_it_was_recorded_is_refused(run_copy, toy_corpus, tmp_path):
+    config = with_parent(child_config(run_copy, toy_corpus, tmp_path / "c"))
+    model = Run(run_copy).build_model()
+    config_path = run_copy / "config.json"
+    config_path.write_text(config_path.read_text() + "\n")  # say, retrained in place
+    with pytest.raises(RunError, match="changed since this run recorded it as its parent"):
+        initialize(model, config)
