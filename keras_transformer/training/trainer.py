@@ -130,7 +130,7 @@ def _train(config):
     start_dev = None
     if validation is not None and config.init_from and not restored:  # where fine-tuning starts
         validation.set_model(model)
-        start_dev = validation.evaluate()["val_loss"]
+        start_dev = float(validation.evaluate()["val_loss"])
         print(f"fine-tuning: dev loss {start_dev:.3f} with the parent's weights", flush=True)
     stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
     multiworker = config.strategy == "multiworker"
