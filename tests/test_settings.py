@@ -69,7 +69,8 @@ def test_the_effective_config_is_short_and_has_no_nulls():
     assert "num_layers 2 [flag]" in text and "d_model 256 [preset]" in text
     # Every architecture key once, inside the model section: no second form.
     document = config.to_dict()
-    assert set(document) == {"format_version", "model", "data", "optimization", "run"}
+    assert set(document) == {"format_version", "model", "data", "optimization", "run",
+                             "parent"}
     assert document["model"]["d_model"] == 256 and "d_model" not in document["data"]
 
 

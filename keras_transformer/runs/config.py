@@ -214,6 +214,20 @@ class RunSettings(Section):
 
 
 @dataclasses.dataclass
+class ParentSettings(Section):
+    """Fine-tuning: the run whose weights this one starts from (runs/parent.py records it)."""
+
+    init_from: Optional[str] = setting(
+        None, "fine-tune: start from this run's weights (RUN_DIR, or a .keras model file of "
+        "it), with its architecture and vocabulary and a fresh optimizer and schedule "
+        "(docs/fine-tuning.md)", default_text="default none: a new model")
+    parent_model: Optional[str] = setting(None, "the parent's model file the weights came "
+                                          "from (recorded by train)", flag=False)
+    parent_config_sha256: Optional[str] = setting(None, "sha256 of the parent's config.json "
+                                                  "(recorded by train)", flag=False)
+
+
+@dataclasses.dataclass
 class TrainConfig(Settings):
     """Everything a training run needs, by section."""
 
@@ -223,6 +237,7 @@ class TrainConfig(Settings):
     data: DataSettings = dataclasses.field(default_factory=DataSettings)
     optimization: OptimizationSettings = dataclasses.field(default_factory=OptimizationSettings)
     run: RunSettings = dataclasses.field(default_factory=RunSettings)
+    parent: ParentSettings = dataclasses.field(default_factory=ParentSettings)
 
     @property
     def architecture(self):
@@ -354,4 +369,4 @@ def make_config(file=None, *, config_class=TrainConfig, origin=GIVEN, **override
 
 
 __all__ = ["DataSettings", "FILE", "FLAG", "ModelSettings", "OptimizationSettings",
-           "RunSettings", "TrainConfig", "load_config_file", "make_config"]
+           "ParentSettings", "RunSettings", "TrainConfig", "load_config_file", "make_config"]

@@ -208,7 +208,8 @@ class Settings:
                     continue
                 source = self.sources.get(field.name)
                 items.append(f"{field.name} {value}" + (f" [{source}]" if source else ""))
-            lines += _wrap(items, width, f"  {name}: ", "    ")
+            if items:  # a section with nothing set (no parent run, say) says nothing
+                lines += _wrap(items, width, f"  {name}: ", "    ")
         return "\n".join(lines)
 
     # -- the command line -----------------------------------------------------------------------

@@ -21,7 +21,7 @@ import time
 import keras
 
 from keras_transformer import hardware
-from keras_transformer.runs import Run
+from keras_transformer.runs import Run, parent
 from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint,
                                                   Progress, StopAt, Validation)
 from keras_transformer.training.inputs import (TokenCounter, batches_per_step, dev_data,
@@ -66,6 +66,7 @@ def train(config):
 
 
 def _train(config):
+    config = parent.with_parent(config)  # a fine-tuned run: the parent's architecture
     run = Run(config.output_dir)
     config = run.config_for(config)  # a new run's config, or the saved one continued
     keras.mixed_precision.set_global_policy(config.precision)
@@ -82,6 +83,8 @@ def _train(config):
         run.save_config(config)
 
     # Data and vocabulary: the training pairs come prepared (tokenized, sharded) from the cache.
+    if config.init_from and chief:  # tokenized with the parent's vocabulary
+        parent.adopt_vocabulary(run, config)
     data, vocabulary = training_data(run, config, chief)
     if chief:
         print(describe(data), flush=True)
@@ -94,6 +97,9 @@ def _train(config):
         optimizer, loss = compile_model(model, config)
     # Every worker resumes from the run's checkpoints; only the chief's saves are the run's.
     restored = run.restore(model)
+    if config.init_from and not restored:
+        print(f"fine-tuning: starting from the weights of {parent.initialize(model, config)}",
+              flush=True)
     per_step = batches_per_step(config, strategy)
 
     step_fn = _step_counter(model, optimizer)
@@ -121,6 +127,11 @@ def _train(config):
         if config.bleu_steps:
             callbacks.append(DevBleu(vocabulary, *dev_texts, config.bleu_steps, step_fn,
                                      config.max_length))
+    start_dev = None
+    if validation is not None and config.init_from and not restored:  # where fine-tuning starts
+        validation.set_model(model)
+        start_dev = float(validation.evaluate()["val_loss"])
+        print(f"fine-tuning: dev loss {start_dev:.3f} with the parent's weights", flush=True)
     stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
     multiworker = config.strategy == "multiworker"
     checkpoint_minutes = None if multiworker else config.checkpoint_minutes
@@ -162,6 +173,8 @@ def _train(config):
                "seconds": round(seconds, 1), "tokens": tokens,
                "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
                "stopped": stop.reason or "epochs done"}
+    if start_dev is not None:
+        summary["start_val_loss"] = start_dev
     if validation is not None:
         summary.update(validation.results())  # the pass at the last epoch's end, if current
     if chief:

@@ -1,0 +1,169 @@
+"""Fine-tuning (`train --init-from`): a child run starts from its parent's weights, with its
+architecture and vocabulary, and trains, resumes and averages as any run."""
+
+import hashlib
+import json
+import os
+import pathlib
+import random
+
+import keras
+import numpy as np
+import pytest
+
+from keras_transformer import cli
+from keras_transformer.errors import ConfigError, RunError
+from keras_transformer.runs import Run, make_config
+from keras_transformer.runs.parent import initialize, with_parent
+from keras_transformer.training import train
+from keras_transformer.training.callbacks import Validation
+from keras_transformer.training.inputs import dev_data
+from keras_transformer.training.loss import LabelSmoothedCrossEntropy
+from tests.training_helpers import WORDS
+
+
+@pytest.fixture(scope="session")
+def new_corpus(tmp_path_factory):
+    """Other data for the same vocabulary: the target is the source in upper case, in the
+    source's order (the parent learned to reverse it)."""
+    rng = random.Random(1)
+    folder = tmp_path_factory.mktemp("new-corpus")
+    src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(300)]
+    tgt = [s.upper() for s in src]
+    paths = {}
+    for name, lines in (("train.src", src[:-40]), ("train.tgt", tgt[:-40]),
+                        ("dev.src", src[-40:]), ("dev.tgt", tgt[-40:])):
+        paths[name] = folder / name
+        paths[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
+
+
+def child_config(parent, corpus, output_dir, dev=None, **overrides):
+    """A child of `parent` trained on `corpus` (its dev set, or `dev`'s): no architecture or
+    vocabulary setting given, a schedule of its own."""
+    dev = dev or corpus
+    settings = dict(
+        init_from=str(parent), dataset="text", train_src=str(corpus["train.src"]),
+        train_tgt=str(corpus["train.tgt"]), dev_src=str(dev["dev.src"]),
+        dev_tgt=str(dev["dev.tgt"]), tokens_per_batch=256, max_length=32, warmup_steps=10,
+        lr_scale=1.0, train_steps=10, checkpoint_steps=10, eval_steps=10, verbose=0,
+        precision="float32", output_dir=str(output_dir))
+    return make_config(**{**settings, **overrides})
+
+
+def dev_loss(run_dir):
+    """The dev loss of a run's model for decoding, on its own dev set (as `train` reports
+    it)."""
+    run = Run(run_dir)
+    validation = Validation(dev_data(run.config, run)[0],
+                            LabelSmoothedCrossEntropy(run.config.label_smoothing), lambda: 0)
+    validation.set_model(run.load_model())
+    return validation.evaluate()["val_loss"]
+
+
+@pytest.mark.slow  # trains 10 steps (~10 s)
+def test_a_child_starts_at_its_parents_dev_loss_and_keeps_its_vocabulary(
+        tiny_run, toy_corpus, new_corpus, tmp_path, capsys):
+    child = tmp_path / "child"
+    summary = train(child_config(tiny_run, new_corpus, child, dev=toy_corpus))
+    assert "fine-tuning: starting from the weights of" in capsys.readouterr().out
+    # On the parent's dev set, the child's first dev loss is the parent's.
+    assert summary["start_val_loss"] == pytest.approx(dev_loss(tiny_run), abs=1e-5)
+
+    parent = Run(tiny_run)
+    assert Run(child).vocabulary_bytes() == parent.vocabulary_bytes()
+    # The new data were prepared with that vocabulary, and the cache keys them by it.
+    cache = pathlib.Path(os.environ["KERAS_TRANSFORMER_DATA_CACHE"])
+    own = {"sha256": hashlib.sha256(parent.vocabulary_bytes()).hexdigest()}
+    assert any(manifest["vocabulary"] == own and str(new_corpus["train.src"].resolve())
+               in json.dumps(manifest["source"])
+               for manifest in map(json.loads, map(pathlib.Path.read_text,
+                                                   cache.glob("*/manifest.json"))))
+    saved = json.loads((child / "config.json").read_text())
+    assert saved["parent"] == {
+        "init_from": str(tiny_run), "parent_model": str(tiny_run / "model.keras"),
+        "parent_config_sha256": hashlib.sha256(
+            (tiny_run / "config.json").read_bytes()).hexdigest()}
+    assert Run(child).config.architecture == parent.config.architecture
+    assert saved["data"]["vocab_size"] == parent.config.vocab_size
+    # Its own schedule: warmup and steps as asked, not the parent's.
+    assert (saved["optimization"]["warmup_steps"], saved["optimization"]["train_steps"]) \
+        == (10, 10)
+
+
+@pytest.mark.slow  # trains 30 + 10 steps and averages (~20 s)
+def test_a_child_lowers_its_dev_loss_on_new_data_and_resumes_as_its_own_run(
+        tiny_run, new_corpus, tmp_path, capsys):
+    child = tmp_path / "child"
+    config = child_config(tiny_run, new_corpus, child, train_steps=30)
+    first = train(config)
+    assert first["val_loss"] < first["start_val_loss"] - 0.1, first
+
+    # The same command again, further: the child's own checkpoint, not the parent's weights.
+    capsys.readouterr()
+    second = train(child_config(tiny_run, new_corpus, child, train_steps=40))
+    out = capsys.readouterr().out
+    assert "resumed from" in out and "ckpt-30" in out and "starting from the weights" not in out
+    assert (second["start_step"], second["step"]) == (30, 40)
+    assert "start_val_loss" not in second
+    assert cli.main(["average", "--run-dir", str(child), "--last", "2"]) == 0
+    assert (child / "averaged.keras").is_file()
+
+
+def test_architecture_and_vocabulary_settings_are_refused_by_name(tiny_run, toy_corpus,
+                                                                  tmp_path, capsys):
+    with pytest.raises(ConfigError, match=r"d_model 64 \(the parent's: 32\)"):
+        with_parent(child_config(tiny_run, toy_corpus, tmp_path / "c", d_model=64))
+    with pytest.raises(ConfigError, match=r"num_layers 3 .*vocab_size 300"):
+        with_parent(child_config(tiny_run, toy_corpus, tmp_path / "c", vocab_size=300,
+                                 num_layers=3))
+    # The parent's own value may be given; the rest of the recipe is the child's.
+    config = with_parent(child_config(tiny_run, toy_corpus, tmp_path / "c", d_model=32,
+                                      dropout=0.3))
+    assert (config.d_model, config.dropout, config.num_layers) == (32, 0.3, 2)
+
+    argv = ["train", "--init-from", str(tiny_run), "--dataset", "text", "--train-src",
+            str(toy_corpus["train.src"]), "--train-tgt", str(toy_corpus["train.tgt"]),
+            "--output-dir", str(tmp_path / "c"), "--num-heads", "2"]
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err
+    assert "num_heads 2 (the parent's: 4)" in error and len(error.splitlines()) == 1
+    assert not (tmp_path / "c").exists()
+
+
+def test_init_from_names_what_is_wrong_with_the_parent(tiny_run, toy_corpus, tmp_path):
+    for path, message in ((tmp_path / "nothing", "no such run directory"),
+                          (toy_corpus["train.src"].parent, "not a training run directory"),
+                          (tiny_run / "averaged.keras", "no such model file")):
+        with pytest.raises(ConfigError, match=message):
+            with_parent(child_config(path, toy_corpus, tmp_path / "c"))
+    # A model file of the run is taken as it is.
+    config = with_parent(child_config(tiny_run / "model.keras", toy_corpus, tmp_path / "c"))
+    assert config.parent_model == str(tiny_run / "model.keras")
+
+
+def test_a_mixed_precision_child_starts_from_the_parents_float32_weights(tiny_run, toy_corpus,
+                                                                         tmp_path):
+    config = with_parent(child_config(tiny_run, toy_corpus, tmp_path / "c"))
+    parent = Run(tiny_run)
+    previous = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        model = parent.build_model()  # the same architecture and vocabulary
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    initialize(model, config)
+    expected = parent.load_model(path=tiny_run / "model.keras").weights
+    assert all(v.dtype == "float32" for v in model.weights)
+    for a, b in zip(expected, model.weights):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a),
+                                      keras.ops.convert_to_numpy(b))
+
+
+def test_a_parent_changed_since_it_was_recorded_is_refused(run_copy, toy_corpus, tmp_path):
+    config = with_parent(child_config(run_copy, toy_corpus, tmp_path / "c"))
+    model = Run(run_copy).build_model()
+    config_path = run_copy / "config.json"
+    config_path.write_text(config_path.read_text() + "\n")  # say, retrained in place
+    with pytest.raises(RunError, match="changed since this run recorded it as its parent"):
+        initialize(model, config)
