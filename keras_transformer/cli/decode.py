@@ -58,50 +58,48 @@ def ctranslate2_translator(args, choice):
     return translator, f"the CTranslate2 export {folder}"
 
 
-def _format(results, nbest):
-    if not nbest:
-        return results
-    return [f"{i}\t{score:.4f}\t{text}" for i, hyps in enumerate(results) for text, score in hyps]
+def _nbest_lines(results, numbers):
+    """`line<TAB>score<TAB>text` for each hypothesis, `line` the input line's index from 0."""
+    return [[f"{i}\t{score:.4f}\t{text}" for text, score in hyps]
+            for i, hyps in zip(numbers, results)]
 
 
-def _emit(results, nbest):
-    for line in _format(results, nbest):
-        print(line, flush=True)
+def _job_identity(args, choice):
+    """What decides a command's output lines, beside its inputs: a partial output written with
+    anything else is started over (`streaming.stream_lines`)."""
+    import pathlib
+
+    from keras_transformer.resumable import file_identity
+
+    options = {key: value for key, value in sorted(vars(args).items())
+               if key not in ("run", "input", "output", "verbose", "debug")}
+    options["run_dir"] = str(pathlib.Path(args.run_dir).resolve())
+    weights = choice.model_file
+    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        from keras_transformer.export import ctranslate2_folder
+
+        weights = pathlib.Path(args.ctranslate2_model or ctranslate2_folder(args.run_dir))
+        weights = weights / "model.bin"
+    return {"command": args.command, "options": options, "beam": choice.beam_size,
+            "alpha": choice.alpha, "precision": choice.precision,
+            "weights": file_identity(weights) if weights and weights.is_file() else None}
 
 
 def translate(args):
-    from keras_transformer import textio
-    from pipelines.progress import progress_bar
+    from keras_transformer.streaming import stream_lines, window_size
 
-    translator, _, _ = decoder(args)
-    bad = textio.BadLines(args.input or "standard input")
-    empty = [] if args.nbest else ""
+    translator, _, choice = decoder(args)
 
-    def run_on(texts, progress=None):
-        return textio.run_on(lambda decoded: translator.translate(
-            decoded, nbest=args.nbest, progress=progress), texts, empty)
+    def decode_rows(rows, numbers, progress):
+        results = translator.translate([texts[0] for texts in rows], nbest=args.nbest,
+                                       progress=progress)
+        return _nbest_lines(results, numbers) if args.nbest else [[text] for text in results]
 
-    if args.input:
-        sentences = [bad.decode(*line) for line in textio.raw_lines(args.input)]
-        with progress_bar(total=len(sentences), unit=" sentences",
-                          disable=args.output is None) as bar:
-            results = run_on(sentences, bar)
-        if args.output:
-            textio.write_lines(args.output, _format(results, args.nbest))
-            print(f"wrote {len(results)} translations to {args.output}", file=sys.stderr)
-        else:
-            _emit(results, args.nbest)
-    else:  # stdin: batched when piped, line by line when typed at a terminal
-        batch = []
-        size = 1 if sys.stdin.isatty() else args.batch_size
-        for line in textio.raw_lines(None):
-            batch.append(bad.decode(*line))
-            if len(batch) >= size:
-                _emit(run_on(batch), args.nbest)
-                batch = []
-        if batch:
-            _emit(run_on(batch), args.nbest)
-    bad.check()
+    count = stream_lines(decode_rows, [args.input], args.output,
+                         window=window_size(args.batch_size),
+                         identity=_job_identity(args, choice), empty=[] if args.nbest else [""])
+    if args.output:
+        print(f"wrote {count} translations to {args.output}", file=sys.stderr)
 
 
 def evaluate(args):
@@ -110,17 +108,19 @@ def evaluate(args):
 
     from keras_transformer.errors import InputError
     from keras_transformer.evaluation.evaluate import evaluate_split
-    from keras_transformer.textio import read_lines
+    from keras_transformer.textio import checked_lines, read_lines
     from pipelines import datasets
 
     official = None  # the official tokenized references (Multi30k val / test2016)
     if args.src:
         if not args.ref:
             raise InputError("--src needs --ref (the reference translations).")
-        sources, references = read_lines(args.src), read_lines(args.ref)
-        if len(sources) != len(references):
-            raise InputError(f"{args.src} has {len(sources)} lines but {args.ref} has "
+        count = sum(1 for _ in checked_lines(args.src))  # all UTF-8 before anything is decoded
+        references = read_lines(args.ref)
+        if count != len(references):
+            raise InputError(f"{args.src} has {count} lines but {args.ref} has "
                              f"{len(references)}.")
+        sources = checked_lines(args.src)  # read again, a window at a time
     translator, run, choice = decoder(args)
     config = run.config
     if args.src:
@@ -134,7 +134,7 @@ def evaluate(args):
     output = args.output or run.hypotheses_path(args.split, choice.beam_size)
     result = evaluate_split(translator, sources, references, lang=config.tgt_lang,
                             official_references=official, output=output)
-    print(f"{name}: {len(sources)} sentences, beam {choice.beam_size}, alpha {choice.alpha}; "
+    print(f"{name}: {len(references)} sentences, beam {choice.beam_size}, alpha {choice.alpha}; "
           f"hypotheses in {output}")
     for line in result.pop("lines"):
         print(line)
