@@ -2,7 +2,7 @@
 half-way and run again."""
 
 import json
-import os
+import pathlib
 import random
 import signal
 import subprocess
@@ -12,7 +12,10 @@ import time
 import pytest
 
 from keras_transformer.errors import InputError
+from tests.conftest import RUNTIME_CLI
 from tests.training_helpers import WORDS
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 
 
 def write_sentences(path, count, seed=3):
@@ -71,31 +74,32 @@ def test_a_partial_output_is_continued_only_by_the_same_job(tmp_path):
     assert path.read_text(encoding="utf-8") == ""
 
 
+@pytest.mark.slow  # a child process that imports TensorFlow
 def test_a_translate_killed_half_way_and_run_again_writes_the_whole_output(tiny_run, tmp_path,
                                                                           capsys):
     from keras_transformer import cli
 
     source = tmp_path / "in.txt"
-    lines = write_sentences(source, 480)
+    lines = write_sentences(source, 300)
     flags = ["translate", "--run-dir", str(tiny_run), "--input", str(source), "--beam", "1",
-             "--batch-size", "4", "--precision", "float32"]  # windows of 64 lines
+             "--batch-size", "16", "--precision", "float32"]  # windows of 256 lines
     whole = tmp_path / "whole.txt"
     assert cli.main([*flags, "--output", str(whole)]) == 0
     assert len(whole.read_text(encoding="utf-8").split("\n")) == len(lines) + 1
 
     output = tmp_path / "out.txt"
     record = tmp_path / "out.txt.partial.json"
-    process = subprocess.Popen([sys.executable, "-m", "keras_transformer.cli", *flags,
-                                "--output", str(output)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env={**os.environ})
+    process = subprocess.Popen([sys.executable, *RUNTIME_CLI, *flags, "--output", str(output)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               cwd=REPOSITORY)
     try:
         deadline = time.monotonic() + 300
         while not record.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.005)
     finally:
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait()
-    assert record.exists(), "the translate finished or failed before its first window"
+        process.send_signal(signal.SIGKILL)
+        error = process.communicate()[1].decode(errors="replace")
+    assert record.exists(), f"the translate ended before its first window: {error[-2000:]}"
     done = json.loads(record.read_text(encoding="utf-8"))["lines"]
     assert 0 < done < len(lines) and not output.exists()
 
