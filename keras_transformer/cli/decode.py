@@ -12,9 +12,10 @@ from keras_transformer.cli.flags import (
     add_engine_flags, add_io_flags, add_model_flags, add_precision_flag, tensorflow_only)
 
 
-def decoder(args):
-    """(translator, the run) for the command's flags; the choice it decodes with is said on
-    standard error. The CTranslate2 engine reads the run's CTranslate2 export."""
+def decoder(args, search=True):
+    """(translator, the run, the choice) for the command's flags; what it decodes with is said
+    on standard error (without `search`, e.g. for `score` or `--sample`, the model and the
+    precision only). The CTranslate2 engine reads the run's CTranslate2 export."""
     from keras_transformer.decoding.choice import decoding_choice
     from keras_transformer.runs import open_run
 
@@ -37,8 +38,25 @@ def decoder(args):
                                          jit_compile=getattr(args, "xla", False),
                                          precision=choice.precision)
         label = None
-    print(choice.describe(label), file=sys.stderr)
+    if search:
+        print(choice.describe(label), file=sys.stderr)
+    else:
+        reason = f"; {choice.precision_reason}" if choice.precision_reason else ""
+        print(f"{args.command} with {label or choice.model_label}{reason}", file=sys.stderr)
     return translator, run, choice
+
+
+def require(translator, what, engine, method, option=None):
+    """Refuses `what` (e.g. "--prefix") in one line when the engine's translator lacks
+    `method` or its argument `option`."""
+    import inspect
+
+    from keras_transformer.errors import InputError
+
+    function = getattr(translator, method, None)
+    if function is None or (option and option not in inspect.signature(function).parameters):
+        raise InputError(f"--engine {engine} does not support {what} yet: use --engine "
+                         "tensorflow.")
 
 
 def ctranslate2_translator(args, choice):
@@ -64,7 +82,7 @@ def _nbest_lines(results, numbers):
             for i, hyps in zip(numbers, results)]
 
 
-def _job_identity(args, choice):
+def job_identity(args, choice):
     """What decides a command's output lines, beside its inputs: a partial output written with
     anything else is started over (`streaming.stream_lines`)."""
     import pathlib
@@ -85,19 +103,78 @@ def _job_identity(args, choice):
             "weights": file_identity(weights) if weights and weights.is_file() else None}
 
 
-def translate(args):
-    from keras_transformer.streaming import stream_lines, window_size
+SAMPLING = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 0, "num_samples": 1}
 
-    translator, _, choice = decoder(args)
+
+def sampling_options(args):
+    """The sampling flags' values, checked before anything is loaded; {} without --sample."""
+    from keras_transformer.errors import InputError
+
+    given = [name for name in SAMPLING if getattr(args, name) is not None]
+    if not args.sample:
+        if given:
+            raise InputError(f"--{given[0].replace('_', '-')} is for --sample (sampling "
+                             "instead of beam search): add --sample or leave it out.")
+        return {}
+    for flag, value in (("--nbest", args.nbest or None), ("--beam", args.beam),
+                        ("--alpha", args.alpha), ("--xla", args.xla or None)):
+        if value is not None:
+            raise InputError(f"{flag} is for beam search, not --sample (which draws each "
+                             "token): leave it out, or use --num-samples N for several "
+                             "outputs per line.")
+    options = {name: SAMPLING[name] if getattr(args, name) is None else getattr(args, name)
+               for name in SAMPLING}
+    for name, ok, rule in (("top_k", options["top_k"] >= 0, "0 (no limit) or more"),
+                           ("top_p", 0 < options["top_p"] <= 1, "in (0, 1]"),
+                           ("temperature", options["temperature"] > 0, "above 0"),
+                           ("seed", options["seed"] >= 0, "0 or more"),
+                           ("num_samples", options["num_samples"] >= 1, "at least 1")):
+        if not ok:
+            raise InputError(f"--{name.replace('_', '-')} {options[name]} must be {rule}.")
+    return options
+
+
+def window_seed(seed, first_line):
+    """The seed of the window starting at input line `first_line` (from 0): the same
+    samples for the same command, whether a run was resumed or not."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, first_line]).generate_state(1)[0])
+
+
+def translate(args):
+    from keras_transformer.streaming import aligned_counts, stream_lines, window_size
+
+    sampling = sampling_options(args)
+    if args.prefix and args.input:
+        aligned_counts([args.input, args.prefix])  # before the model loads
+    translator, _, choice = decoder(args, search=not sampling)
+    if args.prefix:
+        require(translator, "--prefix", args.engine, "sample" if sampling else "translate",
+                "prefixes")
+    if sampling:
+        require(translator, "--sample", args.engine, "sample")
+        print("sampling instead of beam search: " + ", ".join(
+            f"{name.replace('_', ' ')} {value}" for name, value in sampling.items()),
+            file=sys.stderr)
+    listed = args.nbest or sampling.get("num_samples", 1) > 1
 
     def decode_rows(rows, numbers, progress):
-        results = translator.translate([texts[0] for texts in rows], nbest=args.nbest,
-                                       progress=progress)
-        return _nbest_lines(results, numbers) if args.nbest else [[text] for text in results]
+        texts = [row[0] for row in rows]
+        extra = {"prefixes": [row[1] for row in rows]} if args.prefix else {}
+        if sampling:
+            results = translator.sample(texts, **{**sampling, "seed": window_seed(
+                sampling["seed"], numbers[0])}, progress=progress, **extra)
+        else:
+            results = translator.translate(texts, nbest=args.nbest, progress=progress,
+                                           **extra)
+        if listed:
+            return _nbest_lines(results, numbers)
+        return [[result[0][0]] for result in results] if sampling else [[t] for t in results]
 
-    count = stream_lines(decode_rows, [args.input], args.output,
-                         window=window_size(args.batch_size),
-                         identity=_job_identity(args, choice), empty=[] if args.nbest else [""])
+    inputs = [args.input, args.prefix] if args.prefix else [args.input]
+    count = stream_lines(decode_rows, inputs, args.output, window=window_size(args.batch_size),
+                         identity=job_identity(args, choice), empty=[] if listed else [""])
     if args.output:
         print(f"wrote {count} translations to {args.output}", file=sys.stderr)
 
@@ -210,7 +287,27 @@ def register(commands):
     add_engine_flags(parser)
     add_io_flags(parser)
     parser.add_argument("--nbest", action="store_true",
-                        help="print every beam hypothesis as: line, score, text")
+                        help="print every beam hypothesis as: line, score, text (line: the "
+                        "input line's number from 0; score: the hypothesis' score, "
+                        "length-penalized log-probability), tab-separated")
+    parser.add_argument("--prefix", metavar="FILE",
+                        help="target prefixes, line-aligned with the input: each translation "
+                        "starts with its line's prefix and the search goes on after it (an "
+                        "empty line: no prefix)")
+    sample = parser.add_argument_group(
+        "sampling", "--sample draws each token from the model's distribution instead of "
+        "searching (beam, alpha and --nbest do not apply); the same command and --seed give "
+        "the same output, resumed or not")
+    sample.add_argument("--sample", action="store_true", help="sample instead of beam search")
+    sample.add_argument("--top-k", type=int,
+                        help="draw among the k most likely tokens only (0, default: all)")
+    sample.add_argument("--top-p", type=float, help="draw among the most likely tokens whose "
+                        "probabilities add up to p (nucleus sampling; 1.0, default: all)")
+    sample.add_argument("--temperature", type=float,
+                        help="divide the logits by this (1.0; lower: closer to greedy)")
+    sample.add_argument("--seed", type=int, help="random seed (0)")
+    sample.add_argument("--num-samples", type=int, help="samples per input line (1); more "
+                        "than 1 prints line, log-probability, text per sample, as --nbest")
     parser.set_defaults(run=translate)
 
     parser = commands.add_parser(
