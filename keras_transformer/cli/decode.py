@@ -98,7 +98,9 @@ def job_identity(args, choice):
 
         weights = pathlib.Path(args.ctranslate2_model or ctranslate2_folder(args.run_dir))
         weights = weights / "model.bin"
-    return {"command": args.command, "options": options, "beam": choice.beam_size,
+    import keras
+
+    return {"command": args.command, "backend": keras.backend.backend(), "options": options, "beam": choice.beam_size,
             "alpha": choice.alpha, "precision": choice.precision,
             "weights": file_identity(weights) if weights and weights.is_file() else None}
 
