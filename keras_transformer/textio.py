@@ -3,7 +3,7 @@
 Evaluation inputs must be valid UTF-8 as a whole (`read_lines` refuses a file before anything
 is decoded or written); translation and parsing inputs are decoded line by line (`BadLines`):
 a line that is not UTF-8 is named on standard error, its output line is left empty (one output
-line per input line), and the command fails at the end naming them all. Output files are
+line per input line), and the command fails at the end naming the first and counting them. Output files are
 written atomically (`write_lines`). No TensorFlow here.
 """
 
@@ -93,24 +93,24 @@ class BadLines:
     """
 
     def __init__(self, name):
-        self.name, self.problems = name, []
+        self.name, self.first, self.count = name, None, 0  # bounded, whatever the input
 
     def decode(self, number, offset, raw, quiet=False):
         """The line's text, or None (named on standard error unless `quiet`: a line an earlier
         run already named, and counted for `check()`)."""
         text, problem = decode_line(raw, number, offset, self.name)
         if problem:
-            self.problems.append(problem)
+            self.first, self.count = self.first or problem, self.count + 1
             if not quiet:
                     print(f"keras-transformer: warning: {problem}; its output line is left empty",
                       file=sys.stderr, flush=True)
         return text
 
     def check(self):
-        if self.problems:
-            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            raise InputError(f"{len(self.problems)} input line(s) were not valid UTF-8 and were "
-                             f"left empty in the output: {self.problems[0]}{more}.")
+        if self.count:
+            more = f" (and {self.count - 1} more)" if self.count > 1 else ""
+            raise InputError(f"{self.count} input line(s) were not valid UTF-8 and were "
+                             f"left empty in the output: {self.first}{more}.")
 
 
 def run_on(function, texts, empty):
