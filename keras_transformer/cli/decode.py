@@ -175,7 +175,10 @@ def translate(args):
         return [[result[0][0]] for result in results] if sampling else [[t] for t in results]
 
     inputs = [args.input, args.prefix] if args.prefix else [args.input]
-    count = stream_lines(decode_rows, inputs, args.output, window=window_size(args.batch_size),
+    # A pipe is read a batch at a time, as before: a program that writes a line and waits for
+    # its translation is answered after --batch-size lines, not after a window's.
+    window = window_size(args.batch_size) if args.input else args.batch_size
+    count = stream_lines(decode_rows, inputs, args.output, window=window,
                          identity=job_identity(args, choice), empty=[] if listed else [""])
     if args.output:
         print(f"wrote {count} translations to {args.output}", file=sys.stderr)
