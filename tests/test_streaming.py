@@ -108,3 +108,23 @@ def test_a_translate_killed_half_way_and_run_again_writes_the_whole_output(tiny_
     assert f"after the {done} input lines already done" in capsys.readouterr().err
     assert output.read_bytes() == whole.read_bytes()
     assert not record.exists() and not (tmp_path / "out.txt.partial").exists()
+
+
+def test_evaluate_split_translates_a_window_at_a_time_from_an_iterator(tmp_path):
+    from keras_transformer.evaluation.evaluate import evaluate_split
+
+    class Echo:
+        batch_size, calls = 1, []
+
+        def translate(self, texts, progress=None):
+            self.calls.append(len(texts))
+            return list(texts)
+
+    lines = [f"Der Hund {i} läuft durch den Park." for i in range(40)]
+    output = tmp_path / "hyp.txt"
+    result = evaluate_split(Echo(), iter(lines), lines, lang="de", output=output,
+                            progress=False)
+    assert Echo.calls == [16, 16, 8]  # windows of 16 batches of 1
+    assert output.read_text(encoding="utf-8") == "".join(line + "\n" for line in lines)
+    assert result["sacrebleu"] == 100.0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hyp.txt"]
