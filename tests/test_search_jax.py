@@ -19,6 +19,8 @@ import pytest
 
 from keras_transformer import Transformer
 from keras_transformer.decoding.beam_search import compiled_beam_search
+from keras_transformer.decoding.sampling import compiled_sample_search
+from keras_transformer.decoding.scoring import compiled_scorer
 from keras_transformer.decoding.search import compiled_greedy_search
 from keras_transformer.models import Ensemble
 from pipelines.special_ids import BOS_ID, EOS_ID
@@ -40,6 +42,8 @@ from keras_transformer import Transformer
 from keras_transformer.models import Ensemble
 from keras_transformer.decoding.beam_search import compiled_beam_search
 from keras_transformer.decoding.search import compiled_greedy_search
+from keras_transformer.decoding.sampling import compiled_sample_search
+from keras_transformer.decoding.scoring import compiled_scorer
 
 folder = sys.argv[1]
 model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0)
@@ -54,7 +58,16 @@ other = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_lay
 other.build()
 other.load_weights(folder + "/other.weights.h5")
 ensemble = compiled_greedy_search(Ensemble([model, other]))(source)
-np.savez(folder + "/jax.npz", logits=np.asarray(model((source, target))),
+prefix = inputs["prefix"]
+prefix_beam = compiled_beam_search(model, 4, with_prefix=True)(source, prefix)
+prefix_greedy = compiled_greedy_search(model, with_prefix=True)(source, prefix)
+top1 = compiled_sample_search(model, 2, top_k=1)(source, np.int32(3))
+topk = compiled_sample_search(model, 16, top_k=3)(source, np.int32(4))
+topp = compiled_sample_search(model, 16, top_p=0.5)(source, np.int32(5))
+scored = compiled_scorer(model)(source, beam["ids"][:, 0])
+np.savez(folder + "/jax.npz", prefix_beam_ids=prefix_beam["ids"],
+         prefix_greedy_ids=prefix_greedy[0], top1_ids=top1["ids"], topk_ids=topk["ids"],
+         topp_ids=topp["ids"], scored=scored["log_prob"], logits=np.asarray(model((source, target))),
          greedy_ids=greedy_ids, greedy_scores=greedy_scores, beam_ids=beam["ids"],
          beam_scores=beam["scores"], beam_log_probs=beam["log_probs"], again_ids=again["ids"],
          ensemble_ids=ensemble[0], ensemble_scores=ensemble[1])
@@ -85,7 +98,8 @@ def runs(tmp_path_factory):
     other.save_weights(str(folder / "other.weights.h5"))
     source = sources()
     target = np.concatenate([np.full((3, 1), BOS_ID, "int32"), source[:, :5]], axis=1)
-    np.savez(folder / "inputs.npz", source=source, target=target)
+    prefix = np.array([[5, 6, 7], [9, 0, 0], [0, 0, 0]], np.int32)
+    np.savez(folder / "inputs.npz", source=source, target=target, prefix=prefix)
 
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -105,6 +119,15 @@ def runs(tmp_path_factory):
     ensemble = compiled_greedy_search(Ensemble([model, other]))(source)
     tf_results.update(ensemble_ids=np.asarray(ensemble[0]),
                       ensemble_scores=np.asarray(ensemble[1]))
+    tf_results.update(
+        prefix_beam_ids=np.asarray(compiled_beam_search(model, 4, with_prefix=True)(
+            source, prefix)["ids"]),
+        prefix_greedy_ids=np.asarray(compiled_greedy_search(model, with_prefix=True)(
+            source, prefix)[0]),
+        top1_ids=np.asarray(compiled_sample_search(model, 2, top_k=1)(source, np.int32(3))[
+            "ids"]),
+        scored=np.asarray(compiled_scorer(model)(source, beam["ids"][:, 0])["log_prob"]),
+        first_log_probs=np.asarray(keras.ops.log_softmax(model((source, target[:, :1]))[:, 0])))
     return tf_results, dict(np.load(folder / "jax.npz"))
 
 
@@ -138,6 +161,31 @@ def test_an_ensemble_greedy_search_agrees_across_backends(runs):
                                rtol=1e-4, atol=1e-4)
     # Two different models: the ensemble's search is not the first model's.
     assert not np.allclose(tf_results["ensemble_scores"], tf_results["greedy_scores"])
+
+
+def test_prefixes_top_k_1_sampling_and_scores_agree_across_backends(runs):
+    tf_results, jax_results = runs
+    for key in ("prefix_beam_ids", "prefix_greedy_ids", "top1_ids"):
+        np.testing.assert_array_equal(jax_results[key], tf_results[key], err_msg=key)
+    assert list(tf_results["prefix_beam_ids"][0, 0, :3]) == [5, 6, 7]
+    np.testing.assert_allclose(jax_results["scored"], tf_results["scored"], atol=1e-4)
+    np.testing.assert_allclose(tf_results["scored"], tf_results["beam_log_probs"][:, 0],
+                               atol=1e-4)
+
+
+def test_jax_samples_stay_in_the_top_k_and_top_p_sets_of_the_same_weights(runs):
+    tf_results, jax_results = runs
+    first = tf_results["first_log_probs"].copy()  # (3, V) the first step's, on TensorFlow
+    first[:, :2] = -np.inf  # PAD and BOS are never generated: the search renormalizes without
+    first -= np.log(np.sum(np.exp(first), axis=1, keepdims=True))
+    order = np.argsort(-first, axis=1)
+    for row in range(3):
+        top3 = set(order[row, :3].tolist())
+        drawn = set(jax_results["topk_ids"][row, :, 0].tolist())
+        assert drawn <= top3 and len(drawn) > 1, (drawn, top3)
+        probs = np.exp(first[row, order[row]])
+        nucleus = set(order[row, : int(np.searchsorted(np.cumsum(probs), 0.5)) + 1].tolist())
+        assert set(jax_results["topp_ids"][row, :, 0].tolist()) <= nucleus
 
 
 @pytest.mark.parametrize("name", ["search.py", "beam_search.py"])

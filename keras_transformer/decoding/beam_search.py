@@ -21,7 +21,7 @@ import numpy as np
 from keras import ops, tree
 
 from keras_transformer.decoding.search import (  # noqa: F401  (trim: re-exported)
-    EXTRA_LENGTH, NEG_INF, compile_search, mask_special_tokens, model_step, static_max_length,
+    EXTRA_LENGTH, NEG_INF, compile_search, mask_special_tokens, prefix_forcing, prefixed_step,
     trim)
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
@@ -40,7 +40,7 @@ def gather_beams(tensor, indices):
 
 
 def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
-                max_length=None, min_length=None):
+                max_length=None, min_length=None, prefix=None):
     """Batched beam search over a step function.
 
     Args:
@@ -54,6 +54,10 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
         max_length: steps at most (default max(limits); required where shapes are static,
             e.g. under JAX).
         min_length: if set, EOS is not allowed before this many tokens.
+        prefix: (B, P) int32 target tokens every hypothesis of sentence b starts with
+            (0-padded; a row of zeros is no prefix): while it lasts, only its token may follow,
+            and its log-probabilities count in the scores. `limits` must leave room for it
+            (`search.prefix_limits`).
 
     Returns:
         dict with
@@ -81,6 +85,7 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
         done=ops.zeros((batch,), "bool"),
     )
     best_penalty = length_penalty(limits, alpha)  # the largest penalty a hypothesis can reach
+    forced_token = prefix_forcing(prefix)
 
     def body(s):
         index = s["index"]
@@ -94,6 +99,11 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
         is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
         log_probs = ops.where(ops.logical_and(at_limit, ops.logical_not(is_eos_column)),
                               NEG_INF, log_probs)
+        if forced_token is not None:  # within its prefix, a sentence has one continuation
+            forced, token = forced_token(index)
+            other = ops.not_equal(ops.arange(vocab)[None, None, :], token[:, None, None])
+            log_probs = ops.where(ops.logical_and(forced[:, None, None], other), NEG_INF,
+                                  log_probs)
 
         # Expand: 2K best (beam, token) continuations per sentence.
         scores = s["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
@@ -142,35 +152,38 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
 
 
 def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
-                   cached=True, extra_length=EXTRA_LENGTH):
-    """Beam search of `model` on (B, S) source ids; returns the `beam_search` dict, trimmed
-    (eagerly, or inside a TensorFlow graph; `compiled_beam_search` compiles it)."""
-    step_fn, state, limits, max_length = model_step(model, source_ids, beam_size, cached=cached,
-                                                    extra_length=extra_length)
-    result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
+                   cached=True, extra_length=EXTRA_LENGTH, prefix=None):
+    """Beam search of `model` on (B, S) source ids [and (B, P) prefix ids]; returns the
+    `beam_search` dict, trimmed (eagerly, or inside a TensorFlow graph; `compiled_beam_search`
+    compiles it)."""
+    step_fn, state, limits, max_length = prefixed_step(
+        model, source_ids, beam_size, False, prefix, cached=cached, extra_length=extra_length)
+    result = beam_search(step_fn, state, limits, beam_size, alpha, max_length, prefix=prefix)
     result["ids"] = trim(result["ids"])
     return result
 
 
 def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
-                         cached=True, extra_length=EXTRA_LENGTH, jit_compile=False):
+                         cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
+                         with_prefix=False):
     """`translate_beam` compiled once (see `search.compile_search` for each backend).
 
     With jit_compile (always under JAX), the search loop is compiled by XLA once per input
     shape (pad inputs to a few widths to bound the compilations): on CPU it runs the whole
     loop without TensorFlow's per-op overhead and updates the caches in place.
 
-    Returns a function: source_ids (B, S) int32 -> the `beam_search` dict, ids trimmed
-    (TensorFlow: tensors; JAX: numpy arrays).
+    Returns a function: source_ids (B, S) int32 [, prefix (B, P) int32 with with_prefix]
+    -> the `beam_search` dict, ids trimmed (TensorFlow: tensors; JAX: numpy arrays).
     """
 
-    def search(source_ids, static):
-        max_length = static_max_length(source_ids, extra_length) if static else None
-        step_fn, state, limits, max_length = model_step(
-            model, source_ids, beam_size, max_length, cached=cached, extra_length=extra_length)
-        return beam_search(step_fn, state, limits, beam_size, alpha, max_length)
+    def search(source_ids, static, prefix=None):
+        step_fn, state, limits, max_length = prefixed_step(
+            model, source_ids, beam_size, static, prefix, cached=cached,
+            extra_length=extra_length)
+        return beam_search(step_fn, state, limits, beam_size, alpha, max_length, prefix=prefix)
 
     def trim_ids(result):
         return {**result, "ids": trim(result["ids"])}
 
-    return compile_search(model, search, trim_ids, jit_compile)
+    extra = (((None, None), "int32"),) if with_prefix else ()
+    return compile_search(model, search, trim_ids, jit_compile, extra)

@@ -159,30 +159,42 @@ def argmax(x):
     return ops.cast(ops.argmax(x, axis=-1), "int32")
 
 
-def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False):
-    """Picks the most likely token at every step.
+def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False,
+                  prefix=None, pick=None):
+    """Picks the next token of every row by a rule, one step at a time: the most likely one
+    (greedy search) unless `pick` says otherwise (`decoding.sampling.RandomSampler` draws it).
 
     Args:
         step_fn, state: as described in the module docstring (N = batch rows).
-        limits: (B,) maximum output lengths; EOS is forced at the last allowed position.
+        limits: (N,) maximum output lengths; EOS is forced at the last allowed position.
         max_length: number of steps at most (default max(limits); required where shapes are
             static, e.g. under JAX: a Python int).
         min_length: if set, EOS is not allowed before this many tokens.
         keep_width: return all max_length columns (a static shape, for XLA) rather than the
             steps taken (a shape that depends on values: TensorFlow only).
+        prefix: (N, P) int32 target tokens every output starts with (0-padded; a row of
+            zeros is no prefix). Their log-probabilities count in the score. `limits` must
+            leave room for them (`prefix_limits`).
+        pick: (log_probs (N, V) float32, index) -> (N,) int32, the token chosen where no
+            prefix forces one (default: argmax).
 
     Returns:
-        (ids (B, T) int32 ending with EOS and padded with 0, log-probability (B,) float32).
+        (ids (N, T) int32 ending with EOS and padded with 0, log-probability (N,) float32).
     """
     batch = ops.shape(limits)[0]
     max_steps = ops.max(limits, initial=0) if max_length is None else max_length
     positions = ops.arange(max_steps)
+    pick = pick or (lambda log_probs, index: argmax(log_probs))
+    forced_token = prefix_forcing(prefix)
 
     def body(index, tokens, state, finished, scores, outputs):
         logits, state = step_fn(ops.expand_dims(tokens, 1), state, index)
         log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
         log_probs = mask_special_tokens(log_probs, index, min_length)
-        next_tokens = argmax(log_probs)
+        next_tokens = pick(log_probs, index)
+        if forced_token is not None:
+            forced, token = forced_token(index)
+            next_tokens = ops.where(forced, token, next_tokens)
         next_tokens = ops.where(index + 1 >= limits, EOS_ID, next_tokens)
         next_tokens = ops.where(finished, PAD_ID, next_tokens)
         chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
@@ -207,6 +219,33 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
     return (outputs if keep_width else outputs[:, :index]), scores
 
 
+def prefix_lengths(prefix):
+    """(N, P) 0-padded prefix ids -> (N,) int32 numbers of tokens."""
+    return ops.sum(ops.cast(ops.not_equal(prefix, PAD_ID), "int32"), axis=1)
+
+
+def prefix_limits(limits, prefix):
+    """Output limits that leave room for the prefix and EOS after it: max(limit, P_i + 1)."""
+    return limits if prefix is None else ops.maximum(limits, prefix_lengths(prefix) + 1)
+
+
+def prefix_forcing(prefix):
+    """None without a prefix; else index -> (forced (N,) bool, token (N,) int32): whether
+    row i's token at step index is its prefix's, and which."""
+    if prefix is None:
+        return None
+    prefix = ops.cast(prefix, "int32")
+    lengths = prefix_lengths(prefix)
+    width = ops.shape(prefix)[1]
+
+    def forced_token(index):
+        column = ops.minimum(index, ops.maximum(width - 1, 0))
+        token = ops.take(prefix, ops.expand_dims(column, 0), axis=1)[:, 0]
+        return index < lengths, token
+
+    return forced_token
+
+
 def trim(ids):
     """Drops the all-padding columns at the end of (..., T) ids.
 
@@ -222,14 +261,15 @@ def trim(ids):
     return ids[..., :length]
 
 
-def compile_search(model, search, trim_outputs, jit_compile=False):
-    """Compiles `search(source_ids, static) -> outputs` (a nest of tensors) for `model`.
+def compile_search(model, search, trim_outputs, jit_compile=False, extra_inputs=()):
+    """Compiles `search(source_ids, static, *extra) -> outputs` (a nest of tensors) for `model`.
 
     `static` tells the search to keep every shape static (caches and buffers of
     `static_max_length`); `trim_outputs` then cuts the value-dependent columns, outside the
-    compiled loop.
+    compiled loop. `extra_inputs` names the search's other inputs as (shape, dtype) pairs,
+    e.g. ((None, None), "int32") for prefix ids or ((), "int32") for a seed.
 
-    Returns a function of source_ids (B, S) int32:
+    Returns a function of (source_ids (B, S) int32, *extra):
       TensorFlow: a tf.function traced once for every batch shape; with jit_compile the search
         is compiled by XLA once per input shape inside it. Takes and returns tensors.
       JAX: the search under `jax.jit` (compiled once per input shape; `jit_compile` is
@@ -244,16 +284,19 @@ def compile_search(model, search, trim_outputs, jit_compile=False):
                                   f"not {backend!r}.")
     import tensorflow as tf
 
-    signature = [tf.TensorSpec([None, None], tf.int32)]
+    signature = [tf.TensorSpec([None, None], tf.int32)] + [
+        tf.TensorSpec(shape, dtype) for shape, dtype in extra_inputs]
     if not jit_compile:
-        return tf.function(lambda source_ids: trim_outputs(search(source_ids, False)),
+        return tf.function(lambda source_ids, *extra: trim_outputs(search(source_ids, False,
+                                                                          *extra)),
                            input_signature=signature)
-    compiled = tf.function(lambda source_ids: search(source_ids, True), jit_compile=True)
+    compiled = tf.function(lambda source_ids, *extra: search(source_ids, True, *extra),
+                           jit_compile=True)
 
     # Shapes that depend on values, such as trimming padding columns, stay outside XLA.
     @tf.function(input_signature=signature)
-    def run(source_ids):
-        return trim_outputs(compiled(source_ids))
+    def run(source_ids, *extra):
+        return trim_outputs(compiled(source_ids, *extra))
 
     return run
 
@@ -263,37 +306,56 @@ def _jax_search_function(model, search, trim_outputs):
 
     variables = list(model.variables)
 
-    def stateless_search(values, source_ids):
+    def stateless_search(values, source_ids, *extra):
         with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            return search(source_ids, True)
+            return search(source_ids, True, *extra)
 
     compiled = jax.jit(stateless_search)
 
-    def run(source_ids):
+    def run(source_ids, *extra):
         source_ids = np.asarray(source_ids, np.int32)
-        outputs = compiled([variable.value for variable in variables], source_ids)
+        outputs = compiled([variable.value for variable in variables], source_ids,
+                           *[np.asarray(value) for value in extra])
         return trim_outputs(tree.map_structure(np.asarray, outputs))
 
     return run
 
 
-def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False):
+def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
+                           with_prefix=False):
     """Greedy search of `model` compiled once (see `compile_search` for each backend).
 
     With jit_compile (always under JAX), the search loop is compiled by XLA once per input
     shape (pad inputs to a few widths to bound the compilations).
 
-    Returns a function: source_ids (B, S) int32 -> (ids (B, T), log-probabilities (B,)).
+    Returns a function: source_ids (B, S) int32 [, prefix (B, P) int32 with with_prefix]
+    -> (ids (B, T), log-probabilities (B,)).
     """
 
-    def search(source_ids, static):
-        max_length = static_max_length(source_ids, extra_length) if static else None
-        step_fn, state, limits, max_length = model_step(model, source_ids, max_length=max_length,
-                                                        cached=cached, extra_length=extra_length)
+    def search(source_ids, static, prefix=None):
+        step_fn, state, limits, max_length = prefixed_step(
+            model, source_ids, 1, static, prefix, cached=cached, extra_length=extra_length)
         # Static: the whole output buffer; the used columns are cut outside the compiled loop.
-        return greedy_search(step_fn, state, limits, max_length, keep_width=static)
+        return greedy_search(step_fn, state, limits, max_length, keep_width=static,
+                             prefix=prefix)
 
     def trim_outputs(outputs):
         return (trim(outputs[0]), outputs[1]) if jit_compile or not dynamic_shapes() else outputs
 
-    return compile_search(model, search, trim_outputs, jit_compile)
+    extra = (((None, None), "int32"),) if with_prefix else ()
+    return compile_search(model, search, trim_outputs, jit_compile, extra)
+
+
+def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cached=True,
+                  extra_length=EXTRA_LENGTH):
+    """`model_step` for a search of `rows_per_sentence` rows per sentence (beams or samples)
+    whose outputs may start with a prefix ((B, P) ids): the limits leave room for the prefix
+    and EOS after it, and with `static` the buffers hold P more positions."""
+    limits = prefix_limits(output_limits(source_ids, extra_length), prefix)
+    max_length = None
+    if static:
+        max_length = static_max_length(source_ids, extra_length)
+        if prefix is not None:
+            max_length += ops.shape(prefix)[1]
+    return model_step(model, source_ids, rows_per_sentence, max_length, cached=cached,
+                      limits=limits, extra_length=extra_length)

@@ -1,0 +1,133 @@
+"""Random sampling: the next token drawn from the model's distribution, narrowed by top-k,
+top-p (nucleus) and a temperature, as used for back-translation and diverse outputs.
+
+Sampling shares greedy search's loop (`search.greedy_search`): only how the next token is
+picked differs. `RandomSampler` is that rule. It draws with the Gumbel-max trick,
+
+    token = argmax(log p'(y) + g),   g = -log(-log(u)),   u ~ Uniform(0, 1) per row and token
+
+where p' is the narrowed, temperature-scaled distribution: the argmax of log-probabilities
+plus Gumbel noise is a sample of their softmax. With top_k=1 only the most likely token is
+left, so sampling gives greedy search's output exactly.
+
+The noise is stateless: step `index` of a search seeded with `seed` draws from the key
+(seed, index), so the same seed gives the same samples for the same inputs and batch on one
+backend (TensorFlow's and JAX's generators differ). The scores returned are the model's own
+log-probabilities of the tokens drawn (not the narrowed distribution's).
+"""
+
+import keras
+from keras import ops
+
+from keras_transformer.decoding.search import (
+    EXTRA_LENGTH, NEG_INF, compile_search, dynamic_shapes, greedy_search, prefixed_step,
+    tile_beams, trim)
+
+
+def check_sampling(num_samples=1, top_k=0, top_p=1.0, temperature=1.0, seed=0):
+    """Raises ValueError naming a sampling option outside its range (Python values)."""
+    problems = []
+    if not isinstance(num_samples, int) or num_samples < 1:
+        problems.append(f"num_samples={num_samples!r} must be an integer of at least 1")
+    if not isinstance(top_k, int) or top_k < 0:
+        problems.append(f"top_k={top_k!r} must be an integer >= 0 (0: no top-k cut)")
+    if not 0.0 < top_p <= 1.0:
+        problems.append(f"top_p={top_p!r} must be in (0, 1] (1: no nucleus cut)")
+    if not temperature > 0.0:
+        problems.append(f"temperature={temperature!r} must be > 0")
+    if not isinstance(seed, int) or not 0 <= seed < 2 ** 31:
+        problems.append(f"seed={seed!r} must be an integer in [0, 2**31)")
+    if problems:
+        raise ValueError("; ".join(problems) + ".")
+
+
+class RandomSampler:
+    """Picks the next token at random from the narrowed distribution (see the module doc).
+
+    Args:
+        top_k: keep the k most likely tokens (0: all). A Python int, or a scalar tensor on
+            TensorFlow (an exported signature's input).
+        top_p: keep the smallest set of most likely tokens whose probability reaches top_p
+            (1.0: all).
+        temperature: divides the log-probabilities before the cuts (<1 sharper, >1 flatter).
+        seed: a scalar int (Python or tensor): the noise of step i comes from (seed, i).
+    """
+
+    def __init__(self, top_k=0, top_p=1.0, temperature=1.0, seed=0):
+        self.top_k, self.top_p, self.temperature, self.seed = top_k, top_p, temperature, seed
+
+    def __call__(self, log_probs, index):
+        scaled = log_probs / ops.cast(self.temperature, "float32")
+        scaled = self._top_k(scaled)
+        scaled = self._top_p(scaled)
+        noise = gumbel_noise(ops.shape(scaled), self.seed, index)
+        return ops.cast(ops.argmax(scaled + noise, axis=-1), "int32")
+
+    def _top_k(self, scaled):
+        k = self.top_k
+        if isinstance(k, int):
+            if k <= 0 or k >= scaled.shape[-1]:
+                return scaled
+            kth = ops.top_k(scaled, k=k)[0][:, -1:]
+        else:  # a tensor (TensorFlow): 0 keeps everything
+            vocab = ops.shape(scaled)[-1]
+            k = ops.where(k > 0, ops.minimum(k, vocab), vocab)
+            kth = ops.min(ops.top_k(scaled, k=k)[0], axis=-1, keepdims=True)
+        return ops.where(scaled < kth, NEG_INF, scaled)
+
+    def _top_p(self, scaled):
+        p = self.top_p
+        if isinstance(p, (int, float)) and p >= 1.0:
+            return scaled
+        ordered = ops.top_k(scaled, k=ops.shape(scaled)[-1])[0]  # descending
+        probs = ops.softmax(ordered, axis=-1)
+        before = ops.cumsum(probs, axis=-1) - probs  # the mass of the more likely tokens
+        keep = before < ops.cast(p, "float32")  # always keeps the most likely one
+        smallest = ops.min(ops.where(keep, ordered, -NEG_INF), axis=-1, keepdims=True)
+        return ops.where(scaled < smallest, NEG_INF, scaled)
+
+
+def gumbel_noise(shape, seed, index):
+    """Gumbel(0, 1) noise of `shape` from the key (seed, index), stateless."""
+    tiny = 1e-20
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        key = tf.stack([tf.cast(seed, tf.int32), tf.cast(index, tf.int32)])
+        uniform = tf.random.stateless_uniform(shape, seed=key, minval=tiny, maxval=1.0)
+    else:
+        import jax
+
+        key = jax.random.fold_in(jax.random.PRNGKey(seed), index)
+        uniform = jax.random.uniform(key, tuple(shape), minval=tiny, maxval=1.0)
+    return -ops.log(-ops.log(uniform))
+
+
+def compiled_sample_search(model, num_samples=1, top_k=0, top_p=1.0, temperature=1.0,
+                           extra_length=EXTRA_LENGTH, jit_compile=False, with_prefix=False):
+    """Sampling of `model` compiled once (see `search.compile_search` for each backend):
+    `num_samples` rows per sentence, each drawn independently.
+
+    Returns a function: source_ids (B, S) int32, seed () int32 [, prefix (B, P) int32 with
+    with_prefix] -> {"ids": (B, num_samples, T), "scores": (B, num_samples) log P(Y | X)}.
+    """
+    check_sampling(num_samples, top_k, top_p, temperature)
+
+    def search(source_ids, static, seed, prefix=None):
+        step_fn, state, limits, max_length = prefixed_step(
+            model, source_ids, num_samples, static, prefix, extra_length=extra_length)
+        rows_prefix = None if prefix is None else tile_beams(prefix, num_samples)
+        ids, scores = greedy_search(
+            step_fn, state, tile_beams(limits, num_samples), max_length, keep_width=static,
+            prefix=rows_prefix, pick=RandomSampler(top_k, top_p, temperature, seed))
+        batch = ops.shape(source_ids)[0]
+        return {"ids": ops.reshape(ids, (batch, num_samples, -1)),
+                "scores": ops.reshape(scores, (batch, num_samples))}
+
+    def trim_outputs(outputs):
+        if jit_compile or not dynamic_shapes():
+            return {**outputs, "ids": trim(outputs["ids"])}
+        return outputs
+
+    extra = (((), "int32"),) + ((((None, None), "int32"),) if with_prefix else ())
+    return compile_search(model, search, trim_outputs, jit_compile, extra)
