@@ -25,6 +25,7 @@ def write(path, lines):
     (["--sample", "--top-p", "1.5"], r"--top-p 1.5 must be in \(0, 1\]"),
     (["--sample", "--temperature", "0"], "--temperature 0.0 must be above 0"),
     (["--sample", "--num-samples", "0"], "--num-samples 0 must be at least 1"),
+    (["--sample", "--seed", "-1"], r"--seed -1 must be in \[0, 2\*\*31\)"),
 ])
 def test_sampling_flags_are_checked_before_anything_loads(tmp_path, capsys, flags, message):
     # The run directory does not exist: the flags are refused first.
@@ -75,9 +76,9 @@ def test_samples_are_listed_per_line_and_repeat_with_the_seed(tiny_run, tmp_path
     lines = first.read_text(encoding="utf-8").split("\n")[:-1]
     assert first.read_text(encoding="utf-8") == second.read_text(encoding="utf-8")
     fields = [line.split("\t") for line in lines]
-    assert [f[0] for f in fields] == ["0"] * 3 + ["1"] * 3 + ["2"] * 3
+    assert [f[0] for f in fields] == ["0"] * 3 + ["1"] + ["2"] * 3  # an empty line: one
+    assert fields[3] == ["1", "0.0000", ""]
     assert all(float(f[1]) <= 0 for f in fields)  # log-probabilities
-    assert all(f[2] == "" for f in fields[3:6])  # an empty line's samples are empty
     single = tmp_path / "single.txt"
     assert cli.main([*flags[:-8], "--sample", "--output", str(single)]) == 0
     assert len(single.read_text(encoding="utf-8").split("\n")[:-1]) == 3  # plain lines

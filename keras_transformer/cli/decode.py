@@ -129,7 +129,7 @@ def sampling_options(args):
     for name, ok, rule in (("top_k", options["top_k"] >= 0, "0 (no limit) or more"),
                            ("top_p", 0 < options["top_p"] <= 1, "in (0, 1]"),
                            ("temperature", options["temperature"] > 0, "above 0"),
-                           ("seed", options["seed"] >= 0, "0 or more"),
+                           ("seed", 0 <= options["seed"] < 2 ** 31, "in [0, 2**31)"),
                            ("num_samples", options["num_samples"] >= 1, "at least 1")):
         if not ok:
             raise InputError(f"--{name.replace('_', '-')} {options[name]} must be {rule}.")
@@ -141,7 +141,7 @@ def window_seed(seed, first_line):
     samples for the same command, whether a run was resumed or not."""
     import numpy as np
 
-    return int(np.random.SeedSequence([seed, first_line]).generate_state(1)[0])
+    return int(np.random.SeedSequence([seed, first_line]).generate_state(1)[0] % 2 ** 31)
 
 
 def translate(args):
