@@ -107,3 +107,20 @@ def test_score_prints_log_probability_tokens_and_mean(tiny_run, tmp_path, capsys
     for record, (total, tokens, mean) in zip(records, rows):
         assert record["tokens"] == int(tokens)
         assert math.isclose(record["log_prob"], float(total), abs_tol=1e-4)
+
+
+def test_an_engine_without_an_option_is_refused_in_one_line():
+    from keras_transformer.cli.decode import require
+    from keras_transformer.errors import InputError
+
+    class OlderEngine:  # an engine's translator from before prefixes, sampling and scoring
+        def translate(self, sentences, nbest=False, progress=None):
+            return sentences
+
+    engine = OlderEngine()
+    require(engine, "--nbest", "ctranslate2", "translate", "nbest")
+    for what, method, option in (("--prefix", "translate", "prefixes"),
+                                 ("--sample", "sample", None), ("scoring", "score", None)):
+        with pytest.raises(InputError, match=f"^--engine ctranslate2 does not support {what} "
+                                             "yet: use --engine tensorflow.$"):
+            require(engine, what, "ctranslate2", method, option)
