@@ -87,6 +87,8 @@ def job_identity(args, choice):
     anything else is started over (`streaming.stream_lines`)."""
     import pathlib
 
+    import keras
+
     from keras_transformer.resumable import file_identity
 
     options = {key: value for key, value in sorted(vars(args).items())
@@ -98,10 +100,8 @@ def job_identity(args, choice):
 
         weights = pathlib.Path(args.ctranslate2_model or ctranslate2_folder(args.run_dir))
         weights = weights / "model.bin"
-    import keras
-
-    return {"command": args.command, "backend": keras.backend.backend(), "options": options, "beam": choice.beam_size,
-            "alpha": choice.alpha, "precision": choice.precision,
+    return {"command": args.command, "backend": keras.backend.backend(), "options": options,
+            "beam": choice.beam_size, "alpha": choice.alpha, "precision": choice.precision,
             "weights": file_identity(weights) if weights and weights.is_file() else None}
 
 
