@@ -4,8 +4,8 @@ Evaluation inputs must be valid UTF-8 as a whole (`read_lines` refuses a file be
 is decoded or written); translation and parsing inputs are decoded line by line (`BadLines`):
 a line that is not UTF-8 is named on standard error, its output line is left empty (one output
 line per input line), and the command fails at the end naming the first and counting
-them. Output files are
-written atomically (`write_lines`). No TensorFlow here.
+them. Output files are written atomically (`write_lines`); `streaming` reads inputs of any
+size a window at a time. No TensorFlow here.
 """
 
 import contextlib
