@@ -3,7 +3,10 @@
 `translate`, `evaluate` and `attention` decode with the choice saved in the run (model, beam,
 alpha: `decoding.choice`) unless a flag says otherwise, in the precision `--precision` resolves
 for this machine (`decoding.precision`), and say on standard error which they used; `parse`
-uses the paper's parsing search (`defaults.PARSING`).
+uses the paper's parsing search (`defaults.PARSING`). `translate` and `evaluate` read their
+input a window at a time (`keras_transformer.streaming`), and `translate --output` continues a
+killed run's partial output; `translate --prefix` and `--sample` use `Translator.translate`'s
+prefixes and `Translator.sample`.
 """
 
 import sys
