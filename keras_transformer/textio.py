@@ -3,8 +3,9 @@
 Evaluation inputs must be valid UTF-8 as a whole (`read_lines` refuses a file before anything
 is decoded or written); translation and parsing inputs are decoded line by line (`BadLines`):
 a line that is not UTF-8 is named on standard error, its output line is left empty (one output
-line per input line), and the command fails at the end naming them all. Output files are
-written atomically (`write_lines`). No TensorFlow here.
+line per input line), and the command fails at the end naming the first and counting
+them. Output files are written atomically (`write_lines`); `streaming` reads inputs of any
+size a window at a time. No TensorFlow here.
 """
 
 import contextlib
@@ -37,17 +38,48 @@ def raw_lines(path):
             offset += len(raw)
 
 
-def read_lines(path):
-    """All lines of a file that must be valid UTF-8 (evaluation inputs): InputError naming the
-    first bad line and its byte offsets, before anything is decoded or written."""
-    lines = []
+def count_lines(path):
+    """The lines of a file, counted in one cheap pass over its bytes (a last line without a
+    newline counts): the total of a progress bar, the check that two files align."""
+    count, last = 0, b"\n"
+    try:
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                count += chunk.count(b"\n")
+                last = chunk[-1:]
+    except FileNotFoundError:
+        raise InputError(f"Input file not found: {path}") from None
+    return count + (last != b"\n")
+
+
+def checked_lines(path):
+    """The lines of a file that must be valid UTF-8 (evaluation inputs), one at a time:
+    InputError naming the first bad line and its byte offsets. Count them first
+    (`sum(1 for _ in checked_lines(path))`) to refuse a bad file before anything is
+    decoded or written."""
     for number, offset, raw in raw_lines(path):
         text, problem = decode_line(raw, number, offset, path)
         if problem:
             raise InputError(f"{problem}. Nothing was translated; convert the file to UTF-8 "
                              "(e.g. iconv -f latin1 -t utf-8).")
-        lines.append(text)
-    return lines
+        yield text
+
+
+def read_lines(path):
+    """All lines of a file that must be valid UTF-8 (`checked_lines`), in a list."""
+    return list(checked_lines(path))
+
+
+def windows(items, size):
+    """Lists of up to `size` consecutive items of an iterable, read as they are needed."""
+    window = []
+    for item in items:
+        window.append(item)
+        if len(window) >= size:
+            yield window
+            window = []
+    if window:
+        yield window
 
 
 class BadLines:
@@ -62,21 +94,24 @@ class BadLines:
     """
 
     def __init__(self, name):
-        self.name, self.problems = name, []
+        self.name, self.first, self.count = name, None, 0  # bounded, whatever the input
 
-    def decode(self, number, offset, raw):
+    def decode(self, number, offset, raw, quiet=False):
+        """The line's text, or None (named on standard error unless `quiet`: a line an earlier
+        run already named, and counted for `check()`)."""
         text, problem = decode_line(raw, number, offset, self.name)
         if problem:
-            self.problems.append(problem)
-            print(f"keras-transformer: warning: {problem}; its output line is left empty",
-                  file=sys.stderr, flush=True)
+            self.first, self.count = self.first or problem, self.count + 1
+            if not quiet:
+                    print(f"keras-transformer: warning: {problem}; its output line is left empty",
+                      file=sys.stderr, flush=True)
         return text
 
     def check(self):
-        if self.problems:
-            more = f" (and {len(self.problems) - 1} more)" if len(self.problems) > 1 else ""
-            raise InputError(f"{len(self.problems)} input line(s) were not valid UTF-8 and were "
-                             f"left empty in the output: {self.problems[0]}{more}.")
+        if self.count:
+            more = f" (and {self.count - 1} more)" if self.count > 1 else ""
+            raise InputError(f"{self.count} input line(s) were not valid UTF-8 and were "
+                             f"left empty in the output: {self.first}{more}.")
 
 
 def run_on(function, texts, empty):

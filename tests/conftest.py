@@ -39,14 +39,28 @@ def shared_data():
 RUNTIME_PRESET = "test-runtime-tiny"
 
 
-@pytest.fixture(scope="session")
-def runtime_preset():
+def register_runtime_preset():
+    """Registers the runtime preset in this process (a child process that opens `tiny_run`
+    calls it too: `RUNTIME_CLI`)."""
     from keras_transformer.models import presets
 
     presets.PRESETS[RUNTIME_PRESET] = presets._variant(
         "tiny, registered by the tests", model=dict(num_layers=2, d_model=32, num_heads=4,
                                                     d_ff=64),
         training=dict(warmup_steps=50, train_steps=20))
+
+
+# The command line in a child process that knows the runtime preset (run from the repository).
+RUNTIME_CLI = ["-c", "import sys; from tests.conftest import register_runtime_preset; "
+               "register_runtime_preset(); from keras_transformer import cli; "
+               "sys.exit(cli.main(sys.argv[1:]))"]
+
+
+@pytest.fixture(scope="session")
+def runtime_preset():
+    from keras_transformer.models import presets
+
+    register_runtime_preset()
     yield RUNTIME_PRESET
     presets.PRESETS.pop(RUNTIME_PRESET, None)
 

@@ -97,6 +97,18 @@ def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepar
     assert json.loads(evaluated.stdout.strip().splitlines()[-1])["sacrebleu"] == pytest.approx(
         tf_score["sacrebleu"], abs=0.01)
 
+    # And score the dev pairs alike (keras-transformer score).
+    scoring = ["score", "--run-dir", str(run_dir), "--src", str(toy_corpus["dev.src"]),
+               "--tgt", str(toy_corpus["dev.tgt"]), "--precision", "float32"]
+    capsys.readouterr()
+    assert cli.main(scoring) == 0
+    tf_scores = [float(x) for line in capsys.readouterr().out.splitlines()
+                 for x in line.split("\t")]
+    scored = jax_command(*scoring)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    jax_scores = [float(x) for line in scored.stdout.splitlines() for x in line.split("\t")]
+    assert len(tf_scores) == 3 * 40 and jax_scores == pytest.approx(tf_scores, abs=2e-3)
+
     # Resumed under JAX from the last checkpoint, at its data position.
     resumed = jax_train(toy_corpus, prepared, run_dir, 9)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -10,6 +10,7 @@
     models.py   params, presets          decode.py   translate, evaluate, attention, parse
     train.py    train, prepare           export.py   average, export, saved-model-cli
     demo.py     demo                     flags.py    the flags several commands share
+    score.py    score
 
 Each module's `register(commands)` adds its parsers, each with `set_defaults(run=function)`;
 a command function calls the library and prints. Nothing heavy is imported to build the
@@ -25,10 +26,10 @@ import os
 import sys
 
 from keras_transformer import console
-from keras_transformer.cli import decode, demo, export, models, train
+from keras_transformer.cli import decode, demo, export, models, score, train
 
 # In the order `keras-transformer --help` lists them.
-FAMILIES = (models, train, export, decode, demo)
+FAMILIES = (models, train, export, decode, score, demo)
 
 EXIT_STATUS = ("exit status: 0 done; 2 a user error (bad input, bad config, a missing or "
                "damaged file), told in one line; 1 an internal error (run again with --debug "

@@ -3,7 +3,10 @@
 `translate`, `evaluate` and `attention` decode with the choice saved in the run (model, beam,
 alpha: `decoding.choice`) unless a flag says otherwise, in the precision `--precision` resolves
 for this machine (`decoding.precision`), and say on standard error which they used; `parse`
-uses the paper's parsing search (`defaults.PARSING`).
+uses the paper's parsing search (`defaults.PARSING`). `translate` and `evaluate` read their
+input a window at a time (`keras_transformer.streaming`), and `translate --output` continues a
+killed run's partial output; `translate --prefix` and `--sample` use `Translator.translate`'s
+prefixes and `Translator.sample`.
 """
 
 import sys
@@ -12,9 +15,10 @@ from keras_transformer.cli.flags import (
     add_engine_flags, add_io_flags, add_model_flags, add_precision_flag, tensorflow_only)
 
 
-def decoder(args):
-    """(translator, the run) for the command's flags; the choice it decodes with is said on
-    standard error. The CTranslate2 engine reads the run's CTranslate2 export."""
+def decoder(args, search=True):
+    """(translator, the run, the choice) for the command's flags; what it decodes with is said
+    on standard error (without `search`, e.g. for `score` or `--sample`, the model and the
+    precision only). The CTranslate2 engine reads the run's CTranslate2 export."""
     from keras_transformer.decoding.choice import decoding_choice
     from keras_transformer.runs import open_run
 
@@ -37,8 +41,25 @@ def decoder(args):
                                          jit_compile=getattr(args, "xla", False),
                                          precision=choice.precision)
         label = None
-    print(choice.describe(label), file=sys.stderr)
+    if search:
+        print(choice.describe(label), file=sys.stderr)
+    else:
+        reason = f"; {choice.precision_reason}" if choice.precision_reason else ""
+        print(f"{args.command} with {label or choice.model_label}{reason}", file=sys.stderr)
     return translator, run, choice
+
+
+def require(translator, what, engine, method, option=None):
+    """Refuses `what` (e.g. "--prefix") in one line when the engine's translator lacks
+    `method` or its argument `option`."""
+    import inspect
+
+    from keras_transformer.errors import InputError
+
+    function = getattr(translator, method, None)
+    if function is None or (option and option not in inspect.signature(function).parameters):
+        raise InputError(f"--engine {engine} does not support {what} yet: use --engine "
+                         "tensorflow.")
 
 
 def ctranslate2_translator(args, choice):
@@ -58,50 +79,112 @@ def ctranslate2_translator(args, choice):
     return translator, f"the CTranslate2 export {folder}"
 
 
-def _format(results, nbest):
-    if not nbest:
-        return results
-    return [f"{i}\t{score:.4f}\t{text}" for i, hyps in enumerate(results) for text, score in hyps]
+def _nbest_lines(results, numbers):
+    """`line<TAB>score<TAB>text` for each hypothesis, `line` the input line's index from 0."""
+    return [[f"{i}\t{score:.4f}\t{text}" for text, score in hyps]
+            for i, hyps in zip(numbers, results)]
 
 
-def _emit(results, nbest):
-    for line in _format(results, nbest):
-        print(line, flush=True)
+def job_identity(args, choice):
+    """What decides a command's output lines, beside its inputs: a partial output written with
+    anything else is started over (`streaming.stream_lines`)."""
+    import pathlib
+
+    import keras
+
+    from keras_transformer.resumable import file_identity
+
+    options = {key: value for key, value in sorted(vars(args).items())
+               if key not in ("run", "input", "output", "verbose", "debug")}
+    options["run_dir"] = str(pathlib.Path(args.run_dir).resolve())
+    weights = choice.model_file
+    if getattr(args, "engine", "tensorflow") == "ctranslate2":
+        from keras_transformer.export import ctranslate2_folder
+
+        weights = pathlib.Path(args.ctranslate2_model or ctranslate2_folder(args.run_dir))
+        weights = weights / "model.bin"
+    return {"command": args.command, "backend": keras.backend.backend(), "options": options,
+            "beam": choice.beam_size, "alpha": choice.alpha, "precision": choice.precision,
+            "weights": file_identity(weights) if weights and weights.is_file() else None}
+
+
+SAMPLING = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "seed": 0, "num_samples": 1}
+
+
+def sampling_options(args):
+    """The sampling flags' values, checked before anything is loaded; {} without --sample."""
+    from keras_transformer.errors import InputError
+
+    given = [name for name in SAMPLING if getattr(args, name) is not None]
+    if not args.sample:
+        if given:
+            raise InputError(f"--{given[0].replace('_', '-')} is for --sample (sampling "
+                             "instead of beam search): add --sample or leave it out.")
+        return {}
+    for flag, value in (("--nbest", args.nbest or None), ("--beam", args.beam),
+                        ("--alpha", args.alpha), ("--xla", args.xla or None)):
+        if value is not None:
+            raise InputError(f"{flag} is for beam search, not --sample (which draws each "
+                             "token): leave it out, or use --num-samples N for several "
+                             "outputs per line.")
+    options = {name: SAMPLING[name] if getattr(args, name) is None else getattr(args, name)
+               for name in SAMPLING}
+    for name, ok, rule in (("top_k", options["top_k"] >= 0, "0 (no limit) or more"),
+                           ("top_p", 0 < options["top_p"] <= 1, "in (0, 1]"),
+                           ("temperature", options["temperature"] > 0, "above 0"),
+                           ("seed", 0 <= options["seed"] < 2 ** 31, "in [0, 2**31)"),
+                           ("num_samples", options["num_samples"] >= 1, "at least 1")):
+        if not ok:
+            raise InputError(f"--{name.replace('_', '-')} {options[name]} must be {rule}.")
+    return options
+
+
+def window_seed(seed, first_line):
+    """The seed of the window starting at input line `first_line` (from 0): the same
+    samples for the same command, whether a run was resumed or not."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, first_line]).generate_state(1)[0] % 2 ** 31)
 
 
 def translate(args):
-    from keras_transformer import textio
-    from pipelines.progress import progress_bar
+    from keras_transformer.streaming import aligned_counts, stream_lines, window_size
 
-    translator, _, _ = decoder(args)
-    bad = textio.BadLines(args.input or "standard input")
-    empty = [] if args.nbest else ""
+    sampling = sampling_options(args)
+    if args.prefix and args.input:
+        aligned_counts([args.input, args.prefix])  # before the model loads
+    translator, _, choice = decoder(args, search=not sampling)
+    if args.prefix:
+        require(translator, "--prefix", args.engine, "sample" if sampling else "translate",
+                "prefixes")
+    if sampling:
+        require(translator, "--sample", args.engine, "sample")
+        print("sampling instead of beam search: " + ", ".join(
+            f"{name.replace('_', ' ')} {value}" for name, value in sampling.items()),
+            file=sys.stderr)
+    listed = args.nbest or sampling.get("num_samples", 1) > 1
 
-    def run_on(texts, progress=None):
-        return textio.run_on(lambda decoded: translator.translate(
-            decoded, nbest=args.nbest, progress=progress), texts, empty)
-
-    if args.input:
-        sentences = [bad.decode(*line) for line in textio.raw_lines(args.input)]
-        with progress_bar(total=len(sentences), unit=" sentences",
-                          disable=args.output is None) as bar:
-            results = run_on(sentences, bar)
-        if args.output:
-            textio.write_lines(args.output, _format(results, args.nbest))
-            print(f"wrote {len(results)} translations to {args.output}", file=sys.stderr)
+    def decode_rows(rows, numbers, progress):
+        texts = [row[0] for row in rows]
+        extra = {"prefixes": [row[1] for row in rows]} if args.prefix else {}
+        if sampling:
+            results = translator.sample(texts, **{**sampling, "seed": window_seed(
+                sampling["seed"], numbers[0])}, progress=progress, **extra)
         else:
-            _emit(results, args.nbest)
-    else:  # stdin: batched when piped, line by line when typed at a terminal
-        batch = []
-        size = 1 if sys.stdin.isatty() else args.batch_size
-        for line in textio.raw_lines(None):
-            batch.append(bad.decode(*line))
-            if len(batch) >= size:
-                _emit(run_on(batch), args.nbest)
-                batch = []
-        if batch:
-            _emit(run_on(batch), args.nbest)
-    bad.check()
+            results = translator.translate(texts, nbest=args.nbest, progress=progress,
+                                           **extra)
+        if listed:
+            return _nbest_lines(results, numbers)
+        return [[result[0][0]] for result in results] if sampling else [[t] for t in results]
+
+    inputs = [args.input, args.prefix] if args.prefix else [args.input]
+    # A pipe is read a batch at a time, as before: a program that writes a line and waits for
+    # its translation is answered after --batch-size lines, not after a window's.
+    window = window_size(args.batch_size) if args.input else args.batch_size
+    count = stream_lines(decode_rows, inputs, args.output, window=window,
+                         identity=job_identity(args, choice), empty=[] if listed else [""])
+    if args.output:
+        print(f"wrote {count} translations to {args.output}", file=sys.stderr)
 
 
 def evaluate(args):
@@ -110,17 +193,19 @@ def evaluate(args):
 
     from keras_transformer.errors import InputError
     from keras_transformer.evaluation.evaluate import evaluate_split
-    from keras_transformer.textio import read_lines
+    from keras_transformer.textio import checked_lines, read_lines
     from pipelines import datasets
 
     official = None  # the official tokenized references (Multi30k val / test2016)
     if args.src:
         if not args.ref:
             raise InputError("--src needs --ref (the reference translations).")
-        sources, references = read_lines(args.src), read_lines(args.ref)
-        if len(sources) != len(references):
-            raise InputError(f"{args.src} has {len(sources)} lines but {args.ref} has "
+        count = sum(1 for _ in checked_lines(args.src))  # all UTF-8 before anything is decoded
+        references = read_lines(args.ref)
+        if count != len(references):
+            raise InputError(f"{args.src} has {count} lines but {args.ref} has "
                              f"{len(references)}.")
+        sources = checked_lines(args.src)  # read again, a window at a time
     translator, run, choice = decoder(args)
     config = run.config
     if args.src:
@@ -134,7 +219,7 @@ def evaluate(args):
     output = args.output or run.hypotheses_path(args.split, choice.beam_size)
     result = evaluate_split(translator, sources, references, lang=config.tgt_lang,
                             official_references=official, output=output)
-    print(f"{name}: {len(sources)} sentences, beam {choice.beam_size}, alpha {choice.alpha}; "
+    print(f"{name}: {len(references)} sentences, beam {choice.beam_size}, alpha {choice.alpha}; "
           f"hypotheses in {output}")
     for line in result.pop("lines"):
         print(line)
@@ -210,7 +295,27 @@ def register(commands):
     add_engine_flags(parser)
     add_io_flags(parser)
     parser.add_argument("--nbest", action="store_true",
-                        help="print every beam hypothesis as: line, score, text")
+                        help="print every beam hypothesis as: line, score, text (line: the "
+                        "input line's number from 0; score: the hypothesis' score, "
+                        "length-penalized log-probability), tab-separated")
+    parser.add_argument("--prefix", metavar="FILE",
+                        help="target prefixes, line-aligned with the input: each translation "
+                        "starts with its line's prefix and the search goes on after it (an "
+                        "empty line: no prefix)")
+    sample = parser.add_argument_group(
+        "sampling", "--sample draws each token from the model's distribution instead of "
+        "searching (beam, alpha and --nbest do not apply); the same command and --seed give "
+        "the same output, resumed or not")
+    sample.add_argument("--sample", action="store_true", help="sample instead of beam search")
+    sample.add_argument("--top-k", type=int,
+                        help="draw among the k most likely tokens only (0, default: all)")
+    sample.add_argument("--top-p", type=float, help="draw among the most likely tokens whose "
+                        "probabilities add up to p (nucleus sampling; 1.0, default: all)")
+    sample.add_argument("--temperature", type=float,
+                        help="divide the logits by this (1.0; lower: closer to greedy)")
+    sample.add_argument("--seed", type=int, help="random seed (0)")
+    sample.add_argument("--num-samples", type=int, help="samples per input line (1); more "
+                        "than 1 prints line, log-probability, text per sample, as --nbest")
     parser.set_defaults(run=translate)
 
     parser = commands.add_parser(

@@ -1,0 +1,150 @@
+"""Decoding inputs of any size: line-aligned input files read in windows, each window decoded
+(the decoder sorts it by length into batches), its output lines written in input order before
+the next window is read. Memory stays that of one window, whatever the input's length.
+
+    lines = stream_lines(decode_rows, ["in.txt"], "out.txt", window=1024,
+                         identity={"beam": 4, ...})
+
+An output file is resumable (`resumable.ResumableOutput`): a job killed half-way and run again
+with the same inputs and options goes on after the lines already done; without an output file
+the lines go to standard output, flushed after each window. Input lines follow the UTF-8 line
+policy of `textio.BadLines`. No TensorFlow here.
+"""
+
+import itertools
+import sys
+
+from keras_transformer import textio
+from keras_transformer.errors import InputError
+from keras_transformer.resumable import ResumableOutput, file_identity
+from pipelines.files import atomic_path
+
+# Sentences per window, in batches: the decoder sorts a window by length, so that a batch
+# holds sentences of similar length (little padding), and the window bounds the memory.
+WINDOW_BATCHES = 16
+
+
+def window_size(batch_size):
+    return batch_size * WINDOW_BATCHES
+
+
+def aligned_counts(paths):
+    """The line count of each file, after checking that they have the same: InputError naming
+    both files and their counts otherwise."""
+    counts = [textio.count_lines(path) for path in paths]
+    for path, count in zip(paths[1:], counts[1:]):
+        if count != counts[0]:
+            raise InputError(f"{path} has {count} lines but {paths[0]} has {counts[0]}: the "
+                             "files must be line-aligned (one line each per sentence; an empty "
+                             "line where there is nothing).")
+    return counts
+
+
+def _rows(paths, names, bad, skip):
+    """(line index, tuple of texts) of the aligned inputs, the first `skip` rows left out
+    (their bad lines still counted, quietly). A text is None where its line is not UTF-8."""
+    sources = [textio.raw_lines(path) for path in paths]
+    for index, lines in enumerate(itertools.zip_longest(*sources)):
+        if any(line is None for line in lines):
+            short = names[[line is None for line in lines].index(True)]
+            raise InputError(f"{short} ended at line {index} while the other input goes on: "
+                             "the inputs must be line-aligned.")
+        texts = tuple(b.decode(*line, quiet=index < skip) for b, line in zip(bad, lines))
+        if index >= skip:
+            yield index, texts
+
+
+def stream_lines(decode_rows, inputs, output=None, *, window, identity=None, empty=("",),
+                 progress_desc=None):
+    """Runs `decode_rows` over line-aligned inputs, window by window, and writes its lines.
+
+    Args:
+        decode_rows: (rows, line indices, progress bar or None) -> per row a list of output
+            lines; a row is a tuple of texts, one per input. Rows with a line that is not
+            UTF-8 are not passed: they give `empty`.
+        inputs: paths of line-aligned files; the first may be None (standard input, read a
+            line at a time at a terminal).
+        output: the output file (resumable), or None: standard output.
+        window: rows per `decode_rows` call.
+        identity: the options that decide the output (a resumed output must have the same;
+            the inputs' identities are added here).
+        empty: the output lines of a row that could not be decoded.
+        progress_desc: the label of the progress bar shown on standard error while an output
+            file is written.
+
+    Returns:
+        The number of input lines.
+
+    Raises:
+        InputError: inputs of different lengths (before anything is decoded for files), or
+            input lines that were not UTF-8 (after the output is complete, naming them).
+    """
+    from pipelines.progress import progress_bar
+
+    names = [path or "standard input" for path in inputs]
+    if inputs[0] is None:
+        total = None
+        window = 1 if sys.stdin.isatty() else window
+    else:
+        total = aligned_counts(inputs)[0]
+    files = [path for path in inputs if path is not None]
+    if output is not None and len(files) == len(inputs):
+        writer = ResumableOutput(output, {"inputs": [file_identity(p) for p in files],
+                                          **(identity or {})})
+    else:
+        writer = _Printer(output)
+    if writer.resumed:
+        print(f"keras-transformer: {writer.resumed}", file=sys.stderr, flush=True)
+    bad = [textio.BadLines(name) for name in names]
+    done = writer.done
+    try:
+        with progress_bar(total=total, initial=done, unit=" sentences", desc=progress_desc,
+                          disable=output is None) as bar:
+            for chunk in textio.windows(_rows(inputs, names, bad, writer.done), window):
+                good = [(index, texts) for index, texts in chunk if None not in texts]
+                found = iter(decode_rows([texts for _, texts in good],
+                                         [index for index, _ in good],
+                                         None if bar.disable else bar) if good else [])
+                lines = []
+                for _, texts in chunk:
+                    lines.extend(empty if None in texts else next(found))
+                writer.write(len(chunk), lines)
+                done += len(chunk)
+                bar.update(done - bar.n)  # the decoder may not count rows it did not search
+        writer.finish()
+    finally:
+        writer.close()
+    for b in bad:
+        b.check()
+    return done
+
+
+class _Printer:
+    """Output lines to standard output, flushed after each window; or, for standard input, to
+    a file written under a temporary name as they come and renamed when complete."""
+
+    done, resumed = 0, None
+
+    def __init__(self, output):
+        self._handle = self._target = None
+        if output is not None:
+            self._target = atomic_path(output)
+            self._handle = open(self._target.__enter__(), "w", encoding="utf-8")
+
+    def write(self, input_lines, lines):
+        handle = self._handle or sys.stdout
+        for line in lines:
+            handle.write(line + "\n")
+        handle.flush()
+
+    def finish(self):
+        if self._handle is not None:
+            self._handle.close()
+            self._target.__exit__(None, None, None)
+            self._target = None
+
+    def close(self):
+        if self._target is not None:  # stopped early: the temporary file goes
+            self._handle.close()
+            error = InputError("stopped")
+            self._target.__exit__(type(error), error, None)
