@@ -16,8 +16,11 @@ a command function calls the library and prints. Nothing heavy is imported to bu
 parser, so `--help` is fast, and the console is set up (`console.setup`) from the parsed
 arguments before anything imports TensorFlow.
 
-Exit status: 0 done; 2 a user error (bad input, bad config, a missing or damaged file), told
-in one line; 1 an internal error, with its traceback under --debug.
+Exit status: 0 done; 2 a user error (bad input, bad config, a missing or damaged file, no
+space left, a run another process writes), told in one line; 75 (EX_TEMPFAIL) `train` stopped
+by SIGTERM or SIGINT after saving a checkpoint, resumed by running the same command
+(training/preemption.py); 130 interrupted otherwise; 1 an internal error, with its traceback
+under --debug.
 """
 
 import argparse
@@ -31,8 +34,10 @@ from keras_transformer.cli import decode, demo, export, models, train
 FAMILIES = (models, train, export, decode, demo)
 
 EXIT_STATUS = ("exit status: 0 done; 2 a user error (bad input, bad config, a missing or "
-               "damaged file), told in one line; 1 an internal error (run again with --debug "
-               "for its traceback).")
+               "damaged file, no space left, a run another process writes), told in one line; "
+               "75 train stopped by SIGTERM/SIGINT after saving a checkpoint (run the same "
+               "command to resume); 1 an internal error (run again with --debug for its "
+               "traceback).")
 
 
 def build_parser():
@@ -83,15 +88,17 @@ def main(argv=None, own_console=False):
     console.setup(shows_native_logs(args), own_console=own_console)
     debug = args.debug or bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))
     from keras_transformer.errors import UserError
-    from pipelines.errors import DataError
+    from pipelines.errors import DataError, NoSpaceError
 
     try:
         args.run(args)
-    except (UserError, DataError, FileNotFoundError) as error:
-        if debug:
+    except (UserError, DataError, NoSpaceError, FileNotFoundError) as error:
+        status = getattr(error, "exit_status", 2)  # 75: preempted, with a checkpoint
+        if debug and status == 2:
             raise
-        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        print(f"keras-transformer {args.command}: {'error: ' if status == 2 else ''}{error}",
+              file=sys.stderr)
+        return status
     except KeyboardInterrupt:
         print(f"keras-transformer {args.command}: interrupted", file=sys.stderr)
         return 130
