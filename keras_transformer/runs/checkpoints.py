@@ -34,6 +34,7 @@ imports no TensorFlow; Keras and h5py only inside the functions that need them.
 import hashlib
 import json
 import logging
+import os
 import pathlib
 import re
 import typing
@@ -141,6 +142,7 @@ def save_checkpoint(model, directory, step, data_position=None, keep=None):
     path = directory / f"ckpt-{step}{WEIGHTS_SUFFIX}"
     sidecar_path(path).unlink(missing_ok=True)
     with atomic_path(path) as temporary:  # .tmp-PID-ckpt-STEP.weights.h5: the suffix stays
+        _reserve(temporary, _size_bound(model))
         model.save_weights(temporary)
         digest = sha256(temporary)
     try:
@@ -157,6 +159,26 @@ def save_checkpoint(model, directory, step, data_position=None, keep=None):
     if keep:
         prune_checkpoints(directory, keep)
     return str(path)
+
+
+def _size_bound(model):
+    """More bytes than the weights file of `model` and its optimizer takes: the arrays, plus
+    HDF5's headers (well under 4 KiB a dataset), plus a margin."""
+    variables = list(model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        variables += list(optimizer.variables)
+    data = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
+    return int(data * 1.02) + 4096 * len(variables) + (1 << 20)
+
+
+def _reserve(path, size):
+    """Makes sure `size` bytes can be written at `path` before HDF5 writes there: a full disk
+    (or a quota, or the file-size limit) then fails here with an OSError that names no space,
+    rather than inside HDF5, which crashes the process (a segmentation fault in h5py 3 when a
+    write fails as the file closes). HDF5 then truncates the file and writes it."""
+    with open(path, "wb") as handle:
+        os.posix_fallocate(handle.fileno(), 0, size)
 
 
 def _random_states(model):

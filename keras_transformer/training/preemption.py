@@ -75,12 +75,14 @@ class CheckpointOnSignal(keras.callbacks.Callback):
 
     def _handle(self, signum, frame):
         if self.received is not None:  # a second signal: do what it would have done
-            self._restore()
+            self.restore_handlers()
             signal.raise_signal(signum)
             return
         self.received = signum
 
-    def _restore(self):
+    def restore_handlers(self):
+        """Puts back the handlers that were there before training (done at the end of
+        training; again is harmless)."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
@@ -107,7 +109,7 @@ class CheckpointOnSignal(keras.callbacks.Callback):
             self.validation.enabled = False
 
     def on_train_end(self, logs=None):
-        self._restore()
+        self.restore_handlers()
 
     def stop(self):
         """The `Preempted` to raise when a checkpoint was saved on a signal, else None."""

@@ -163,6 +163,9 @@ def _train(config, held):
         if damaged and not isinstance(error, DataError):
             raise DataError(damaged.group(1)) from None
         raise
+    finally:
+        if on_signal:  # fit skips on_train_end when it raises: the handlers go back here
+            on_signal.restore_handlers()
     seconds = time.monotonic() - started
 
     tokens = counter.count()
