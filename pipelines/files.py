@@ -80,10 +80,12 @@ def no_space(error):
     return False
 
 
-def no_space_error(path, error):
-    """The NoSpaceError to raise when writing `path` failed with `error`."""
+def no_space_error(path, error, temporary=False):
+    """The NoSpaceError to raise when writing `path` failed with `error` (`temporary`: a file
+    in a temporary folder, which goes with it)."""
     path = pathlib.Path(path)
-    kept = (f"the previous {path.name} is kept" if path.exists() or path.is_symlink()
+    kept = ("a temporary file, removed" if temporary
+            else f"the previous {path.name} is kept" if path.exists() or path.is_symlink()
             else "nothing was written")
     reason = "file too large for the file-size limit" if "File too large" in str(error) or (
         isinstance(error, OSError) and error.errno == errno.EFBIG) else "disk full or quota"

@@ -105,6 +105,13 @@ def main(argv=None, own_console=False):
     except Exception as error:  # noqa: BLE001  (internal: one line unless --debug)
         if debug:
             raise
+        from pipelines.files import no_space
+
+        if no_space(error):  # a write outside the atomic writer (a temporary folder, logs)
+            print(f"keras-transformer {args.command}: error: no space left on the device "
+                  f"({type(error).__name__}: {error}); free some space (or raise the limit) "
+                  "and run the same command again", file=sys.stderr)
+            return 2
         print(f"keras-transformer {args.command}: internal error: {type(error).__name__}: "
               f"{error} (run again with --debug for the traceback)", file=sys.stderr)
         return 1

@@ -75,7 +75,8 @@ def convert_tflite(model, quantize="none", beam_size=TRANSLATION.beam_size, alph
             tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
         except Exception as error:
             if no_space(error):  # the temporary folder (TMPDIR) is full
-                raise no_space_error(pathlib.Path(tmp) / "variables", error) from None
+                raise no_space_error(pathlib.Path(tmp) / "variables", error,
+                                     temporary=True) from None
             raise
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
