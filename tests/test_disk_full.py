@@ -149,6 +149,7 @@ def test_a_full_disk_during_an_export_keeps_the_previous_one(run_copy, tmp_path,
     assert {p: digest(p) for p in files} == files  # as they were
     assert not temporaries(exports)
     export_loads(format, path)
-    status, line = command(capsys, *export)  # space freed: the same command completes
-    assert status == 0, line
-    export_loads(format, path)
+    if format == "ctranslate2":  # (the others take 10-20 s an export: one format shows it)
+        status, line = command(capsys, *export)  # space freed: the same command completes
+        assert status == 0, line
+        export_loads(format, path)

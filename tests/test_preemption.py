@@ -102,7 +102,7 @@ def test_sigterm_checkpoints_the_step_and_the_resumed_run_trains_as_an_uninterru
     # which resumes at the saved step and is not refused.
     holder = subprocess.Popen([sys.executable, "-c", (
         "import sys, time; from pipelines.lock import FolderLock; "
-        f"FolderLock({str(pieces_dir)!r}, 'training').acquire(); print('held', flush=True); "
+        f"lock = FolderLock({str(pieces_dir)!r}, 'training').acquire(); print('held', flush=True); "
         "time.sleep(600)")], stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
     assert lock_holder(pieces_dir)["pid"] == holder.pid
