@@ -84,7 +84,8 @@ class CheckpointOnSignal(keras.callbacks.Callback):
         """Puts back the handlers that were there before training (done at the end of
         training; again is harmless)."""
         for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
+            # (None: a handler installed from C, which Python cannot put back: the default.)
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
         self._previous = {}
 
     def on_train_begin(self, logs=None):
