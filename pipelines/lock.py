@@ -10,8 +10,9 @@ The lock is `flock(2)` on the file: the kernel drops it when the process ends, h
 starts at once. The file itself stays; it holds who took the lock last (pid, host, since when,
 what for), which the refusal quotes. Readers take no lock.
 
-The lock is per open file: a process that already holds a folder's lock and asks for it again
-through a second `FolderLock` is refused like any other process (locks do not nest). flock is
+Locks nest within a process: a second `FolderLock` on a folder that this process holds already
+is granted at once (the `train` command takes the run's lock before it imports TensorFlow, so
+that a second writer is refused in a second, and the trainer takes it again). flock is
 advisory and local to one machine on most network file systems (NFS gives each client its own
 view of it on older kernels): two machines training into one run directory on a shared file
 system are not stopped by it.
@@ -28,6 +29,9 @@ import socket
 log = logging.getLogger(__name__)
 
 LOCK_FILE = ".lock"
+
+# The lock files this process holds: real path -> [open file, FolderLocks holding it].
+_HELD = {}
 
 
 class FolderBusy(RuntimeError):
@@ -63,7 +67,7 @@ class FolderLock:
         self.directory = pathlib.Path(directory)
         self.path = self.directory / LOCK_FILE
         self.purpose, self.wait = purpose, wait
-        self.file = None
+        self._key = None
 
     def holder(self):
         """The record the last holder wrote ({} when none or unreadable)."""
@@ -74,6 +78,11 @@ class FolderLock:
 
     def acquire(self):
         self.directory.mkdir(parents=True, exist_ok=True)
+        key = os.path.realpath(self.path)
+        if key in _HELD:  # this process holds it already
+            _HELD[key][1] += 1
+            self._key = key
+            return self
         # Opened without truncating: the holder's record stays readable until we hold the lock.
         file = open(self.path, "a+", encoding="utf-8")
         try:
@@ -99,14 +108,20 @@ class FolderLock:
             file.flush()
         except OSError:  # a full disk: the lock holds all the same, unnamed
             pass
-        self.file = file
+        _HELD[key] = [file, 1]
+        self._key = key
         return self
 
     def release(self):
-        if self.file is not None:
-            fcntl.flock(self.file, fcntl.LOCK_UN)
-            self.file.close()
-            self.file = None
+        if self._key is None:
+            return
+        held = _HELD[self._key]
+        held[1] -= 1
+        if held[1] == 0:
+            del _HELD[self._key]
+            fcntl.flock(held[0], fcntl.LOCK_UN)
+            held[0].close()
+        self._key = None
 
     def __enter__(self):
         return self.acquire()

@@ -18,7 +18,7 @@ import pytest
 
 from tests.training_helpers import run, train_command, write_corpus
 
-STEPS = 16
+STEPS = 12
 # One optimizer step per Keras epoch (eval_steps 1), so that `--verbose 2` prints each step's
 # training loss (Keras' line per epoch) and its dev loss; two accumulated batches a step, so
 # that the signal must wait for the step's second batch.
@@ -78,7 +78,7 @@ def test_sigterm_checkpoints_the_step_and_the_resumed_run_trains_as_an_uninterru
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(training\); .*", refusal), refusal
 
     # SIGTERM once the run has trained a random number of steps.
-    at = random.Random().randint(2, STEPS - 6)
+    at = random.Random().randint(2, STEPS - 4)
     wait_for(lambda: len(re.findall(r"^step \d+: validation",
                                     out.read_text(), re.M)) >= at,
              pieces)

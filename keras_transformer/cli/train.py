@@ -55,9 +55,20 @@ def _config(args, config_class):
 
 
 def _train(args, config_class):
-    from keras_transformer.training.trainer import train
+    import contextlib
+    import os
 
-    train(_config(args, config_class))
+    from keras_transformer.runs import Run
+
+    config = _config(args, config_class)
+    # The run's lock before TensorFlow is imported: a second writer is refused in a second.
+    # (Under multiworker, TF_CONFIG, only the chief locks, which the trainer knows.)
+    multiworker = config.strategy == "multiworker" or "TF_CONFIG" in os.environ
+    lock = Run(config.output_dir).lock("training", create=True)
+    with contextlib.nullcontext() if multiworker else lock:
+        from keras_transformer.training.trainer import train
+
+        train(config)
 
 
 def _prepare(args, config_class):

@@ -66,3 +66,16 @@ def test_a_run_lock_needs_the_run_directory(tmp_path):
         with Run(tmp_path / "missing").lock("averaging"):
             pass
     assert not (tmp_path / "missing").exists()
+
+
+def test_locks_nest_within_a_process(tmp_path):
+    with FolderLock(tmp_path, "training"):
+        with FolderLock(tmp_path, "training"):  # the command, then the trainer
+            pass
+        holder = subprocess.Popen(  # still held after the inner one is released
+            [sys.executable, "-c", "from pipelines.lock import FolderLock; "
+             f"FolderLock({str(tmp_path)!r}, 'x').acquire()"], cwd=ROOT,
+            stderr=subprocess.PIPE, text=True)
+        assert holder.wait() == 1 and "FolderBusy" in holder.stderr.read()
+    with FolderLock(tmp_path, "averaging") as lock:  # released: a new lock is taken
+        assert json.loads(lock.path.read_text())["purpose"] == "averaging"
