@@ -2,17 +2,23 @@
 name beside the target, then rename), with `write_text`, `write_bytes`, `write_lines` and
 `write_json` on top. A reader never sees a half-written file, and a killed writer (or one that
 hit a full disk) leaves only a hidden `.tmp-PID-NAME`, which `remove_stale_temporaries` (called
-by the next writer of that folder) deletes.
+by the next writer of that folder) deletes. A write that fails for lack of space (a full disk,
+a quota, the file-size limit) raises `NoSpaceError`, which names the file and says "no space
+left", after removing its temporary: the previous file stays as it was.
 
 It lives on the lowest floor so that the input pipelines (prepared data shards) and the library
 (run directories, exports) share it; `keras_transformer.runs.run` re-exports it.
 """
 
 import contextlib
+import errno
 import json
 import os
 import pathlib
+import re
 import shutil
+
+from pipelines.errors import NoSpaceError
 
 TEMPORARY_PREFIX = ".tmp-"
 
@@ -55,6 +61,38 @@ def _alive(pid):
     return True
 
 
+_NO_SPACE_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+# How libraries that wrap the OS error in their own (HDF5, TensorFlow, zipfile) report it.
+_NO_SPACE_TEXT = re.compile(r"No space left on device|File too large|Disk quota exceeded"
+                            r"|errno = (?:%s)\b" % "|".join(map(str, sorted(_NO_SPACE_ERRNOS))))
+
+
+def no_space(error):
+    """Whether `error` (or an error it was raised from) says the disk is full or a file-size
+    limit or quota was reached."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, OSError) and error.errno in _NO_SPACE_ERRNOS:
+            return True
+        if _NO_SPACE_TEXT.search(str(error)):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
+def no_space_error(path, error, temporary=False):
+    """The NoSpaceError to raise when writing `path` failed with `error` (`temporary`: a file
+    in a temporary folder, which goes with it)."""
+    path = pathlib.Path(path)
+    kept = ("a temporary file, removed" if temporary
+            else f"the previous {path.name} is kept" if path.exists() or path.is_symlink()
+            else "nothing was written")
+    reason = "file too large for the file-size limit" if "File too large" in str(error) or (
+        isinstance(error, OSError) and error.errno == errno.EFBIG) else "disk full or quota"
+    return NoSpaceError(f"no space left on the device writing {path} ({reason}); {kept}: free "
+                        "some space (or raise the limit) and run the same command again")
+
+
 @contextlib.contextmanager
 def atomic_path(path, replace=True):
     """Yields a temporary path for a file or folder; renames it to `path` when the block ends
@@ -70,7 +108,14 @@ def atomic_path(path, replace=True):
     temporary = temporary_path(path)
     _remove(temporary)
     try:
-        yield temporary
+        try:
+            yield temporary
+        except NoSpaceError:
+            raise  # a write inside named its file already
+        except Exception as error:
+            if no_space(error):
+                raise no_space_error(path, error) from None
+            raise
         if path.exists() and not replace:
             raise FileExistsError(f"{path} already exists.")
         if path.is_dir() and not path.is_symlink():

@@ -21,6 +21,7 @@ import types
 import numpy as np
 
 from pipelines.defaults import VOCAB_SIZE, VOCABULARY_SAMPLE
+from pipelines.files import no_space, no_space_error
 from pipelines.errors import DataError
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -134,13 +135,19 @@ def train_vocabulary(texts, vocab_size=VOCAB_SIZE, model_type="bpe", sample_size
     with tempfile.TemporaryDirectory() as tmp:
         corpus = pathlib.Path(tmp) / "corpus.txt"
         count = 0
-        with open(corpus, "w", encoding="utf-8") as out:
-            for text in progress_bar(texts, desc="vocabulary: reading text", unit=" sentences",
-                                     disable=not progress, interval=1.0):
-                text = normalize_whitespace(text)
-                if text:
-                    out.write(text + "\n")
-                    count += 1
+        try:
+            with open(corpus, "w", encoding="utf-8") as out:
+                for text in progress_bar(texts, desc="vocabulary: reading text",
+                                         unit=" sentences", disable=not progress,
+                                         interval=1.0):
+                    text = normalize_whitespace(text)
+                    if text:
+                        out.write(text + "\n")
+                        count += 1
+        except OSError as error:
+            if no_space(error):  # the temporary folder (TMPDIR) is full
+                raise no_space_error(corpus, error, temporary=True) from None
+            raise
         if count == 0:
             raise DataError("No text to train a vocabulary on: every sentence was empty.")
         log.info("vocabulary: training %s with %d pieces on %d sentences (sentencepiece)",

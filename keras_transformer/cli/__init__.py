@@ -17,8 +17,11 @@ a command function calls the library and prints. Nothing heavy is imported to bu
 parser, so `--help` is fast, and the console is set up (`console.setup`) from the parsed
 arguments before anything imports TensorFlow.
 
-Exit status: 0 done; 2 a user error (bad input, bad config, a missing or damaged file), told
-in one line; 1 an internal error, with its traceback under --debug.
+Exit status: 0 done; 2 a user error (bad input, bad config, a missing or damaged file, no
+space left, a run another process writes), told in one line; 75 (EX_TEMPFAIL) `train` stopped
+by SIGTERM or SIGINT after saving a checkpoint, resumed by running the same command
+(training/preemption.py); 130 interrupted otherwise; 1 an internal error, with its traceback
+under --debug.
 """
 
 import argparse
@@ -32,8 +35,10 @@ from keras_transformer.cli import decode, demo, export, models, score, train
 FAMILIES = (models, train, export, decode, score, demo)
 
 EXIT_STATUS = ("exit status: 0 done; 2 a user error (bad input, bad config, a missing or "
-               "damaged file), told in one line; 1 an internal error (run again with --debug "
-               "for its traceback).")
+               "damaged file, no space left, a run another process writes), told in one line; "
+               "75 train stopped by SIGTERM/SIGINT after saving a checkpoint (run the same "
+               "command to resume); 1 an internal error (run again with --debug for its "
+               "traceback).")
 
 
 def build_parser():
@@ -84,21 +89,30 @@ def main(argv=None, own_console=False):
     console.setup(shows_native_logs(args), own_console=own_console)
     debug = args.debug or bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))
     from keras_transformer.errors import UserError
-    from pipelines.errors import DataError
+    from pipelines.errors import DataError, NoSpaceError
 
     try:
         args.run(args)
-    except (UserError, DataError, FileNotFoundError) as error:
-        if debug:
+    except (UserError, DataError, NoSpaceError, FileNotFoundError) as error:
+        status = getattr(error, "exit_status", 2)  # 75: preempted, with a checkpoint
+        if debug and status == 2:
             raise
-        print(f"keras-transformer {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        print(f"keras-transformer {args.command}: {'error: ' if status == 2 else ''}{error}",
+              file=sys.stderr)
+        return status
     except KeyboardInterrupt:
         print(f"keras-transformer {args.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # noqa: BLE001  (internal: one line unless --debug)
         if debug:
             raise
+        from pipelines.files import no_space
+
+        if no_space(error):  # a write outside the atomic writer (a temporary folder, logs)
+            print(f"keras-transformer {args.command}: error: no space left on the device "
+                  f"({type(error).__name__}: {error}); free some space (or raise the limit) "
+                  "and run the same command again", file=sys.stderr)
+            return 2
         print(f"keras-transformer {args.command}: internal error: {type(error).__name__}: "
               f"{error} (run again with --debug for the traceback)", file=sys.stderr)
         return 1

@@ -14,14 +14,15 @@ def average(args):
     from keras_transformer.runs import open_single_run
 
     run = open_single_run(args.run_dir, "averaging checkpoints")
-    model, paths = run.average(args.last, every=args.every)
-    output = run.save_model(model, averaged=True, path=args.output)
-    if pathlib.Path(output).resolve().parent == run.directory.resolve():
-        # What the run decodes with from now on (its beam and alpha are kept).
-        label = f"average of the last {len(paths)} checkpoints" + (
-            f", {args.every} apart" if args.every > 1 else "")
-        run.save_decoding(model=pathlib.Path(output).name, weights=label,
-                          chosen_by="keras-transformer average")
+    with run.lock("averaging"):
+        model, paths = run.average(args.last, every=args.every)
+        output = run.save_model(model, averaged=True, path=args.output)
+        if pathlib.Path(output).resolve().parent == run.directory.resolve():
+            # What the run decodes with from now on (its beam and alpha are kept).
+            label = f"average of the last {len(paths)} checkpoints" + (
+                f", {args.every} apart" if args.every > 1 else "")
+            run.save_decoding(model=pathlib.Path(output).name, weights=label,
+                              chosen_by="keras-transformer average")
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)})"
           f" into {output}")
 
@@ -40,14 +41,16 @@ def export(args):
     # TensorFlow logs every renamed function input while saving; keep the output readable.
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    choice = decoding_choice(open_run(args.run_dir), model=args.model, beam_size=args.beam,
-                             alpha=args.alpha)
+    run = open_run(args.run_dir)
+    choice = decoding_choice(run, model=args.model, beam_size=args.beam, alpha=args.alpha)
     print(choice.describe(), file=sys.stderr)
-    path = export_run(
-        args.run_dir, format=args.format, quantize=args.quantize, output_dir=args.output_dir,
-        name=args.name, version=args.version, overwrite=args.overwrite, beam_size=args.beam,
-        alpha=args.alpha, model_file=args.model, ids_only=args.ids_only,
-    )
+    with run.lock("exporting"):  # no training or averaging changes the run meanwhile
+        path = export_run(
+            args.run_dir, format=args.format, quantize=args.quantize,
+            output_dir=args.output_dir, name=args.name, version=args.version,
+            overwrite=args.overwrite, beam_size=args.beam, alpha=args.alpha,
+            model_file=args.model, ids_only=args.ids_only,
+        )
     print(f"exported {args.format} to {path}")
 
 

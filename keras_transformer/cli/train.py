@@ -17,7 +17,9 @@ def register(commands, config_class=None):
         "label-smoothed loss, token-budget batches, periodic checkpoints and dev evaluation. "
         "Run the same command again to resume a stopped run from its last checkpoint; "
         "`train --output-dir RUN_DIR --train-steps N` extends a run with its saved settings "
-        "(only the flags given are compared with them).",
+        "(only the flags given are compared with them). On SIGTERM or SIGINT (preemption) it "
+        "finishes the step, saves a checkpoint and exits with status 75; a second process "
+        "writing the same run is refused (docs/reliability.md).",
     )
     train.add_argument("--config", help="YAML or JSON file with the settings below, by "
                        "section (model:, data:, optimization:, run:) or as flat keys; flags "
@@ -53,9 +55,20 @@ def _config(args, config_class):
 
 
 def _train(args, config_class):
-    from keras_transformer.training.trainer import train
+    import contextlib
+    import os
 
-    train(_config(args, config_class))
+    from keras_transformer.runs import Run
+
+    config = _config(args, config_class)
+    # The run's lock before TensorFlow is imported: a second writer is refused in a second.
+    # (Under multiworker, TF_CONFIG, only the chief locks, which the trainer knows.)
+    multiworker = config.strategy == "multiworker" or "TF_CONFIG" in os.environ
+    lock = Run(config.output_dir).lock("training", create=True)
+    with contextlib.nullcontext() if multiworker else lock:
+        from keras_transformer.training.trainer import train
+
+        train(config)
 
 
 def _prepare(args, config_class):

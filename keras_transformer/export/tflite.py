@@ -16,6 +16,7 @@ from keras_transformer.decoding.search import greedy_search, model_step
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
 from keras_transformer.export.graph import ExportError, empty_rows_to_eos, prepare_ids
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes
+from pipelines.files import no_space, no_space_error
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,13 @@ def convert_tflite(model, quantize="none", beam_size=TRANSLATION.beam_size, alph
     module.track_variables()
     with tempfile.TemporaryDirectory() as tmp:
         # Converting from a SavedModel freezes the variables read inside the search loop.
-        tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
+        try:
+            tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
+        except Exception as error:
+            if no_space(error):  # the temporary folder (TMPDIR) is full
+                raise no_space_error(pathlib.Path(tmp) / "variables", error,
+                                     temporary=True) from None
+            raise
         converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantize == "dynamic":

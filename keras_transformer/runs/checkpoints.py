@@ -11,7 +11,10 @@ under TensorFlow and the other way round):
                           (`encoder/...`, `optimizer/vars/N`)
     ckpt-STEP.json        {"step", "data_position" (training batches read per input pipeline,
                           or null), "weights" (the file name), "sha256" (of the weights file),
-                          "backend", "keras"}, written after the weights file
+                          "backend", "keras", "random_state" (the dropout layers' random
+                          generator states, which Keras keeps out of weight files: a resumed
+                          run draws the dropout masks an uninterrupted one would)}, written
+                          after the weights file
 
 A checkpoint counts only when both files are there. It is damaged when its JSON does not read,
 the weights file's SHA-256 differs from the recorded one (truncated, corrupt, empty) or HDF5
@@ -22,13 +25,16 @@ keras-transformer 0.2.0 and earlier saved TensorFlow checkpoints (`ckpt-STEP.ind
 `ckpt-STEP.data-*`). They are not read: a folder that holds one is refused with a `RunError`
 that says how to convert it (`refuse_tensorflow_checkpoints`).
 
-Files are written through the project's one atomic writer (`pipelines.files`). This module
+Files are written through the project's one atomic writer (`pipelines.files`): a save that
+fails (a full disk: `NoSpaceError`, which names the file) leaves the previous checkpoints as they
+were and nothing of the new one. This module
 imports no TensorFlow; Keras and h5py only inside the functions that need them.
 """
 
 import hashlib
 import json
 import logging
+import os
 import pathlib
 import re
 import typing
@@ -136,15 +142,60 @@ def save_checkpoint(model, directory, step, data_position=None, keep=None):
     path = directory / f"ckpt-{step}{WEIGHTS_SUFFIX}"
     sidecar_path(path).unlink(missing_ok=True)
     with atomic_path(path) as temporary:  # .tmp-PID-ckpt-STEP.weights.h5: the suffix stays
+        _reserve(temporary, _size_bound(model))
         model.save_weights(temporary)
         digest = sha256(temporary)
-    write_json(sidecar_path(path), {
-        "step": int(step), "data_position": None if data_position is None else int(data_position),
-        "weights": path.name, "sha256": digest, "backend": keras.backend.backend(),
-        "keras": keras.__version__})
+    try:
+        write_json(sidecar_path(path), {
+            "step": int(step),
+            "data_position": None if data_position is None else int(data_position),
+            "weights": path.name, "sha256": digest, "backend": keras.backend.backend(),
+            "keras": keras.__version__,
+            "random_state": [keras.ops.convert_to_numpy(v).tolist()
+                             for v in _random_states(model)]})
+    except BaseException:
+        path.unlink(missing_ok=True)  # a weights file without its JSON is no checkpoint
+        raise
     if keep:
         prune_checkpoints(directory, keep)
     return str(path)
+
+
+def _size_bound(model):
+    """More bytes than the weights file of `model` and its optimizer takes: the arrays, plus
+    HDF5's headers (well under 4 KiB a dataset), plus a margin."""
+    variables = list(model.weights)
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is not None and optimizer.built:
+        variables += list(optimizer.variables)
+    data = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in variables)
+    return int(data * 1.02) + 4096 * len(variables) + (1 << 20)
+
+
+def _reserve(path, size):
+    """Makes sure `size` bytes can be written at `path` before HDF5 writes there: a full disk
+    (or a quota, or the file-size limit) then fails here with an OSError that names no space,
+    rather than inside HDF5, which crashes the process (a segmentation fault in h5py 3 when a
+    write fails as the file closes). HDF5 then truncates the file and writes it."""
+    with open(path, "wb") as handle:
+        os.posix_fallocate(handle.fileno(), 0, size)
+
+
+def _random_states(model):
+    """The model's random-generator state variables (its dropout layers' SeedGenerators)."""
+    return [v for v in model.variables if v.path.endswith("seed_generator_state")]
+
+
+def _restore_random_states(model, info):
+    """Sets the random-generator states saved in a checkpoint's JSON (older checkpoints have
+    none: the states are then left as they are)."""
+    import keras
+
+    saved, variables = info.get("random_state"), _random_states(model)
+    if not isinstance(saved, list) or len(saved) != len(variables):
+        return
+    for variable, state in zip(variables, saved):
+        variable.assign(keras.ops.convert_to_tensor(np.asarray(state), variable.dtype))
 
 
 def prune_checkpoints(directory, keep):
@@ -249,6 +300,7 @@ def restore_checkpoint(model, path):
         not match the model.
     """
     info = _load(model, path, optimizer=True)
+    _restore_random_states(model, info)
     return Checkpoint(str(path), info["step"], info["data_position"])
 
 

@@ -198,6 +198,9 @@ class RunSettings(Section):
                                               resumable=True)
     keep_checkpoints: int = setting(5, "keep the last K checkpoints", check=positive,
                                     resumable=True)
+    checkpoint_on_signal: bool = setting(True, "on SIGTERM or SIGINT, finish the step, save a "
+                                         "checkpoint and exit with status 75 (preemption; "
+                                         "docs/reliability.md)", resumable=True)
     eval_steps: int = setting(500, "dev loss every N steps (also the progress-bar epoch)",
                               check=positive, resumable=True)
     bleu_steps: Optional[int] = setting(None, "greedy dev sacreBLEU every N steps",

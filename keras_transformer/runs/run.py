@@ -26,6 +26,8 @@ Layout of a run directory (format version 2):
                         may be absent. An ensemble keeps its own in its top directory.
     logs/               TensorBoard logs
     *.json, hyp.*.txt   summaries and hypotheses that commands write
+    .lock               the writers' lock (`Run.lock`): who trains, averages into or exports
+                        from the run now, or did last
 
 Every file is written through the project's one atomic writer, `pipelines.files.atomic_path`
 (re-exported here with `write_text`, `write_bytes`, `write_lines`, `write_json`; `save_keras`
@@ -34,6 +36,7 @@ hidden `.tmp-PID-NAME` that the next writer of that folder removes. TensorBoard 
 written by TensorBoard.
 """
 
+import contextlib
 import json
 import logging
 import pathlib
@@ -44,6 +47,7 @@ from keras_transformer.runs.checkpoints import (  # noqa: F401  (Checkpoint: res
     read_data_position, restore_newest, save_checkpoint)
 from keras_transformer.runs.choices import read_choices, save_choices
 from keras_transformer.runs.config import TrainConfig
+from pipelines.lock import FolderBusy, FolderLock
 from pipelines.files import (  # noqa: F401  (re-exported: the one writer)
     TEMPORARY_PREFIX, atomic_path, remove_stale_temporaries, temporary_path, write_bytes,
     write_json, write_lines, write_text)
@@ -131,6 +135,25 @@ class Run:
 
     def is_run(self):
         return self.config_path.is_file()
+
+    @contextlib.contextmanager
+    def lock(self, purpose, create=False):
+        """Holds the run's writer lock while the block runs: one process at a time trains,
+        averages into or exports from a run; readers (translate, evaluate) take none. The
+        operating system drops it when the process ends, however it ends. RunError names the
+        holder (pid, host, since when) when another process has it, or the directory when it
+        is missing (`create`: make it, for a new run)."""
+        if not create and not self.directory.is_dir():
+            raise RunError(f"{self.directory} not found: is it a training run directory?")
+        try:
+            lock = FolderLock(self.directory, purpose).acquire()
+        except FolderBusy as busy:
+            raise RunError(f"cannot start {purpose}: {busy}; a run has one writer at a time: "
+                           "wait for that process to end or stop it") from None
+        try:
+            yield lock
+        finally:
+            lock.release()
 
     # The config.
     @property

@@ -113,17 +113,21 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         self.minutes, self.steps, self.keep, self.directory = minutes, steps, keep, directory
         self.last_time = time.monotonic()
         self.last_step = None
+        self.last_path = None  # of the newest checkpoint this callback saved
         self.batches = 0
 
     def save(self, reason):
+        """Saves a checkpoint now, unless one was saved at this step; returns its path (or
+        None when none was saved)."""
         step = self.step_fn()
         if step == self.last_step:
-            return
+            return None
         position = None if self.data_position is None else self.data_position(self.batches)
         path = self.run.save_checkpoint(self.model, step, position, keep=self.keep,
                                         directory=self.directory)
-        self.last_step, self.last_time = step, time.monotonic()
+        self.last_step, self.last_time, self.last_path = step, time.monotonic(), path
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
+        return path
 
     def on_train_begin(self, logs=None):
         # Nothing to save before the first update (a resumed run has its checkpoint already;
@@ -156,6 +160,7 @@ class Validation(keras.callbacks.Callback):
         self.dataset, self.loss, self.step_fn = dataset, loss, step_fn
         self._step = None
         self.last = (None, None)  # (step, results) of the latest pass
+        self.enabled = True  # False: no pass at the epoch's end (a preempted run's last)
 
     def _sums(self, logits, labels):
         """(loss x tokens, tokens, summed NLL, right argmaxes) of one batch."""
@@ -218,6 +223,8 @@ class Validation(keras.callbacks.Callback):
         return results if step == self.step_fn() else self.evaluate()
 
     def on_epoch_end(self, epoch, logs=None):
+        if not self.enabled:
+            return
         results = self.evaluate()
         if logs is not None:
             logs.update(results)

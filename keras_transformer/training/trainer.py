@@ -13,6 +13,7 @@ data position is a batch number of a deterministic stream, so a resumed run sees
 batches an uninterrupted one would have, without replaying those before.
 """
 
+import contextlib
 import logging
 import math
 import re
@@ -28,6 +29,7 @@ from keras_transformer.training.inputs import (TokenCounter, batches_per_step, d
                                                on_tensorflow, train_batches, training_data)
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import paper_optimizer
+from keras_transformer.training.preemption import CheckpointOnSignal
 from keras_transformer.training.strategy import is_chief, make_strategy, task_id
 from pipelines.errors import DataError
 from pipelines.prepared import describe
@@ -60,18 +62,21 @@ def train(config):
     The Keras dtype policy is the config's while training, and the process's own again after."""
     previous = keras.mixed_precision.global_policy()
     try:
-        return _train(config)
+        with contextlib.ExitStack() as held:
+            return _train(config, held)
     finally:
         keras.mixed_precision.set_global_policy(previous)
 
 
-def _train(config):
+def _train(config, held):
     config = parent.with_parent(config)  # a fine-tuned run: the parent's architecture
     run = Run(config.output_dir)
     config = run.config_for(config)  # a new run's config, or the saved one continued
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = make_strategy(config.strategy, config.num_replicas)
     chief = is_chief(strategy)
+    if chief:  # one writer per run: a second `train` (or `average`, `export`) is refused
+        held.enter_context(run.lock("training", create=True))
     if run.is_run():
         print(f"resuming {run.directory} with its saved settings"
               + (f" (changed: {', '.join(sorted(config.sources))})" if config.sources else ""),
@@ -136,14 +141,18 @@ def _train(config):
     multiworker = config.strategy == "multiworker"
     checkpoint_minutes = None if multiworker else config.checkpoint_minutes
     checkpoint_steps = config.checkpoint_steps or (config.eval_steps if multiworker else None)
-    callbacks += [
-        PeriodicCheckpoint(
-            run, step_fn, checkpoint_minutes, checkpoint_steps,
-            keep=config.keep_checkpoints if chief else 1,
-            data_position=lambda batches: start + batches * per_step // config.grad_accum_steps,
-            directory=None if chief else run.worker_checkpoint_dir(task_id(strategy))),
-        stop,
-    ]
+    checkpoint = PeriodicCheckpoint(
+        run, step_fn, checkpoint_minutes, checkpoint_steps,
+        keep=config.keep_checkpoints if chief else 1,
+        data_position=lambda batches: start + batches * per_step // config.grad_accum_steps,
+        directory=None if chief else run.worker_checkpoint_dir(task_id(strategy)))
+    callbacks += [checkpoint, stop]
+    # On SIGTERM/SIGINT: finish the step, checkpoint, stop (not under multiworker: see
+    # training/preemption.py).
+    on_signal = (CheckpointOnSignal(checkpoint, step_fn, validation)
+                 if config.checkpoint_on_signal and not multiworker else None)
+    if on_signal:
+        callbacks.append(on_signal)
     if on_tensorflow():  # TensorBoard's summaries are TensorFlow's
         callbacks.append(keras.callbacks.TensorBoard(
             str(run.logs_dir("train" if chief else "worker")), update_freq=50))
@@ -165,10 +174,16 @@ def _train(config):
         if damaged and not isinstance(error, DataError):
             raise DataError(damaged.group(1)) from None
         raise
+    finally:
+        if on_signal:  # fit skips on_train_end when it raises: the handlers go back here
+            on_signal.restore_handlers()
     seconds = time.monotonic() - started
 
     tokens = counter.count()
     step = step_fn()
+    preempted = on_signal.stop() if on_signal else None
+    if preempted and step < config.train_steps:  # at train_steps, the run finishes as usual
+        raise preempted
     summary = {"run_dir": str(run.directory), "start_step": start_step, "step": step,
                "seconds": round(seconds, 1), "tokens": tokens,
                "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),

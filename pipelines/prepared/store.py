@@ -16,7 +16,6 @@ snapshots (save/load) are tied to a pipeline's element spec and TensorFlow's ver
 be checked shard by shard; ArrayRecord adds random access, which whole-shard reads do not need.
 """
 
-import fcntl
 import hashlib
 import io
 import json
@@ -28,6 +27,7 @@ import zipfile
 import numpy as np
 
 from pipelines.errors import DataError
+from pipelines.lock import FolderLock
 from pipelines.vocabulary import FILENAME as VOCABULARY_FILE
 
 log = logging.getLogger(__name__)
@@ -149,25 +149,11 @@ class PreparedData:
         return arrays["src_len"].astype(np.int64) + 1, arrays["tgt_len"].astype(np.int64) + 2
 
 
-class Lock:
+class Lock(FolderLock):
     """An exclusive lock on a folder (another process preparing the same data waits)."""
 
     def __init__(self, directory):
-        self.path = pathlib.Path(directory) / ".lock"
-
-    def __enter__(self):
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.file = open(self.path, "w")
-        try:
-            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.warning("%s is being prepared by another process; waiting for it", self.path.parent)
-            fcntl.flock(self.file, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        fcntl.flock(self.file, fcntl.LOCK_UN)
-        self.file.close()
+        super().__init__(directory, "preparing", wait=True)
 
 
 def describe(data):

@@ -1,0 +1,119 @@
+"""Checkpoint on a signal: what a preempted job does with its grace period.
+
+Cloud spot VMs, Kubernetes evictions and Slurm send SIGTERM and kill the job some seconds later
+(SIGKILL). With `checkpoint_on_signal` (the default), training catches SIGTERM and SIGINT,
+finishes the optimizer step it is in, saves a checkpoint with the data position (the same save
+as every periodic one: atomic, weights, optimizer state, step, data position), stops, and the
+`train` command exits with `EXIT_PREEMPTED`. Running the same command again resumes at that
+step with the batches an uninterrupted run would have seen next.
+
+A second signal while the checkpoint is being saved ends the process as the signal would
+have without this (SIGTERM: killed; SIGINT: KeyboardInterrupt); the checkpoint being written
+is then discarded and the run resumes from the one before.
+
+The handlers are installed only while `model.fit` runs and in the main thread. Under
+MultiWorkerMirroredStrategy they are not installed: each worker would stop at its own step and
+the others would wait for it in their next all-reduce; a preempted multi-worker job resumes from
+its last periodic checkpoint (every checkpoint_steps, default eval_steps).
+"""
+
+import logging
+import signal
+import threading
+
+import keras
+
+from keras_transformer.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# EX_TEMPFAIL of sysexits.h: "a temporary failure; the user is invited to retry". A job
+# scheduler can requeue on it (docs/training.md).
+EXIT_PREEMPTED = 75
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(UserError):
+    """Training stopped on a signal after saving a checkpoint; the same command resumes it.
+
+    Attributes:
+        signal_name: "SIGTERM" or "SIGINT".
+        step: the step saved.
+        path: the checkpoint's weights file.
+    """
+
+    exit_status = EXIT_PREEMPTED
+
+    def __init__(self, signal_name, step, path):
+        super().__init__(f"stopped by {signal_name}: checkpoint {path} saved at step {step}; "
+                         "run the same command to resume from it")
+        self.signal_name, self.step, self.path = signal_name, step, path
+
+
+class CheckpointOnSignal(keras.callbacks.Callback):
+    """On SIGTERM or SIGINT, saves a checkpoint at the end of the current optimizer step
+    (through `checkpoint`, the run's `PeriodicCheckpoint`, so that the data position is its)
+    and stops training.
+
+    Put it after `checkpoint` in the callbacks, so that the batch just trained is counted.
+
+    Args:
+        checkpoint: the run's `PeriodicCheckpoint`.
+        step_fn: returns the current optimizer step.
+        validation: the `Validation` callback (or None), whose dev pass at the end of the
+            epoch is skipped once the checkpoint is saved: the grace period is short.
+    """
+
+    def __init__(self, checkpoint, step_fn, validation=None):
+        super().__init__()
+        self.checkpoint, self.step_fn, self.validation = checkpoint, step_fn, validation
+        self.received = None  # the signal's number, once one came
+        self.saved = None  # (step, path) of the checkpoint saved on it
+        self._previous = {}
+        self._last_step = None
+
+    def _handle(self, signum, frame):
+        if self.received is not None:  # a second signal: do what it would have done
+            self.restore_handlers()
+            signal.raise_signal(signum)
+            return
+        self.received = signum
+
+    def restore_handlers(self):
+        """Puts back the handlers that were there before training (done at the end of
+        training; again is harmless)."""
+        for signum, handler in self._previous.items():
+            # (None: a handler installed from C, which Python cannot put back: the default.)
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        self._previous = {}
+
+    def on_train_begin(self, logs=None):
+        self._last_step = self.step_fn()
+        if threading.current_thread() is not threading.main_thread():
+            log.warning("training runs outside the main thread: no checkpoint on SIGTERM")
+            return
+        for signum in SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_fn()
+        finished_step, self._last_step = step != self._last_step, step
+        if self.received is None or not finished_step or self.saved:
+            return  # under gradient accumulation, the step ends with its last batch
+        name = signal.Signals(self.received).name
+        # (Saved already when a periodic checkpoint fell on this very step.)
+        path = self.checkpoint.save(f"on {name}") or self.checkpoint.last_path
+        self.saved = (step, path)
+        self.model.stop_training = True
+        if self.validation is not None:
+            self.validation.enabled = False
+
+    def on_train_end(self, logs=None):
+        self.restore_handlers()
+
+    def stop(self):
+        """The `Preempted` to raise when a checkpoint was saved on a signal, else None."""
+        if not self.saved:
+            return None
+        return Preempted(signal.Signals(self.received).name, *self.saved)
