@@ -211,14 +211,17 @@ def _step_counter(model, optimizer):
         return lambda: int(optimizer.iterations.numpy())
 
     # Where the step counter sits among the optimizer's variables (found once: several
-    # callbacks ask for the step after every batch).
+    # callbacks ask for the step after every batch). With gradient accumulation `iterations`
+    # is computed (batches // accumulation steps) from the `_iterations` variable.
+    counter = getattr(optimizer, "_iterations", optimizer.iterations)
+    accumulation = optimizer.gradient_accumulation_steps or 1
     paths = [v.path for v in optimizer.variables]
-    index = paths.index(optimizer.iterations.path) if optimizer.iterations.path in paths else None
+    index = paths.index(counter.path) if counter.path in paths else None
 
     def step():
         state = getattr(model, "_jax_state", None)
         if index is not None and state and state.get("optimizer_variables"):
-            return int(state["optimizer_variables"][index])
+            return int(state["optimizer_variables"][index]) // accumulation
         return int(keras.ops.convert_to_numpy(optimizer.iterations))
 
     return step
