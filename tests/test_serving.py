@@ -203,3 +203,23 @@ def test_score_signature_equals_the_translators(served, translator):
     assert found["tokens"] == [e["tokens"] for e in expected]
     np.testing.assert_allclose(found["log_prob"], [e["log_prob"] for e in expected], atol=1e-4)
     np.testing.assert_allclose(found["mean"], [e["mean"] for e in expected], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_tflite_model_returns_the_beams_nbest(tiny_run, tmp_path):
+    from ai_edge_litert.interpreter import Interpreter
+
+    path = export.export_run(tiny_run, format="tflite", beam_size=2, output_dir=tmp_path,
+                             name="toy")
+    runner = Interpreter(model_path=str(path)).get_signature_runner()
+    translator = Translator.from_run(tiny_run, beam_size=2, alpha=0.6, precision="float32")
+    expected = translator.translate(SENTENCES + [""], nbest=True)
+    for rows, sentence, hypotheses in zip(translator.encode(SENTENCES + [""]),
+                                          SENTENCES + [""], expected):
+        out = runner(source_ids=np.array([rows], np.int32))
+        assert out["nbest_ids"].shape[:2] == (1, 2) and out["nbest_scores"].shape == (1, 2)
+        texts = translator.vocabulary.decode(out["nbest_ids"][0])
+        found = [(t, s) for t, s in zip(texts, out["nbest_scores"][0].tolist()) if s > -1e8]
+        assert [t for t, _ in found] == [t for t, _ in hypotheses], sentence
+        np.testing.assert_allclose([s for _, s in found], [s for _, s in hypotheses], atol=1e-4)
+        assert out["ids"][0].tolist() == out["nbest_ids"][0, 0, :len(out["ids"][0])].tolist()
