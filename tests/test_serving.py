@@ -131,6 +131,18 @@ def served(tiny_run, tmp_path_factory):
         capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"export and requests: {time.time() - start:.1f} s")
+    # The optional inputs' defaults are in the SignatureDefs (TensorFlow Serving applies them).
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
+    signatures = proto.meta_graphs[0].signature_def
+    defaults = {name: sorted(signatures[name].defaults) for name in
+                ("serving_default", "translate_nbest", "sample", "score")}
+    assert defaults == {
+        "serving_default": ["alpha", "beam_size", "prefixes"],
+        "translate_nbest": ["alpha", "beam_size", "num_hypotheses", "prefixes"],
+        "sample": ["num_samples", "prefixes", "seed", "temperature", "top_k", "top_p"],
+        "score": []}, defaults
     answers = json.loads((folder / "a.json").read_text(encoding="utf-8"))
     assert answers["modules"] == []  # none of our code was imported there
     return answers["answers"][:len(HOSTILE)], answers["answers"][len(HOSTILE):]
