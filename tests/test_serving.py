@@ -13,6 +13,7 @@ import pytest
 
 from keras_transformer import export
 from keras_transformer.decoding.translate import Translator
+from keras_transformer.errors import InputError
 from keras_transformer.export.graph import MAX_ROWS
 
 SENTENCES = ["the dog runs in the park", "a big red cat", "green water"]
@@ -175,6 +176,9 @@ def test_hostile_requests_get_their_documented_answers_and_the_next_is_served(
     assert hostile[28] == {"log_prob": [], "tokens": [], "mean": []}
     # After all of them, a normal request is answered as the in-process translator answers it.
     assert features[0]["translations"] == translator.translate(SENTENCES)
+    # The in-process translator refuses a NaN alpha as the graph does.
+    with pytest.raises(InputError, match="alpha=nan must be at least 0"):
+        Translator(translator.source_model, translator.vocabulary, alpha=NAN)
 
 
 @pytest.mark.slow
