@@ -100,7 +100,7 @@ HOSTILE = [
     (sample(SENTENCES, seed=-1), "seed must be >= 0"),
     (sample(["", "a dog"]), None),
     (score(SENTENCES, TARGETS[:2]), "targets must give one target per source"),
-    (score(["a"] * (MAX_ROWS + 1), ["B"] * (MAX_ROWS + 1)), "a request may score at most"),
+    (score(["a"] * 600, ["DOG " * 30] * 600), "a request may score at most 16384 target"),
     (score(["a dog"], ["DOG " * 200]), "targets must be at most 82 subword tokens"),
     (score([], []), None),
 ]

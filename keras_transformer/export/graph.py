@@ -21,12 +21,17 @@ from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 MAX_BEAM = 64  # the largest beam_size, num_hypotheses or num_samples a request may ask for
-# Rows one request may search (sentences x beam_size or num_samples; sentence pairs for score).
-# Each row holds its self-attention cache and its share of the encoder output: about
-# 2 x num_layers x d_model x (input + output length) x 4 bytes, 14 MB for the base model at the
-# longest inputs (256 + 50 positions), so 1024 rows stay within about 15 GB even then, and
-# 0.2 GB for the demo's 3-layer model on Multi30k-length sentences.
+# Rows one request may search (sentences x beam_size or num_samples). Each row holds its
+# self-attention cache and its share of the encoder output: 2 (keys, values) x num_layers x
+# d_model x (input + output positions) x 4 bytes, 14 MB for the base model at the longest
+# inputs (256 input, 306 output positions), so 1024 rows stay within about 15 GB even then;
+# 0.6 MB for the demo's 3-layer d_model-256 model at Multi30k lengths (0.6 GB for 1024 rows).
 MAX_ROWS = 1024
+# Scoring holds the logits of every target position at once, 4 x vocabulary bytes each (and
+# their log-softmax): a request may score at most this many target positions per row of the
+# search bound (pairs x the longest target's tokens <= 16 x max_rows; 2.4 GB of logits at a
+# 37,000-piece vocabulary, 0.5 GB at 8,000).
+SCORE_POSITIONS_PER_ROW = 16
 
 
 class ExportError(InputError):
@@ -171,19 +176,23 @@ def score_target_ids(model, source_ids, target_ids, max_input_length, max_target
     """log P(target | source) per pair: {"log_prob", "tokens", "mean"} (N,) each.
 
     target_ids: (N, T) int32 ending with EOS, 0-padded; at most max_target_length tokens (a
-    longer target is refused: a truncated one would get another sentence's score).
+    longer target is refused: a truncated one would get another sentence's score), and N x T
+    at most SCORE_POSITIONS_PER_ROW x max_rows.
     """
     sentences = tf.shape(source_ids)[0]
     tokens = tf.reduce_sum(tf.cast(tf.not_equal(target_ids, PAD_ID), tf.int32), axis=1)
     longest = tf.reduce_max(tf.concat([tokens, [0]], axis=0))
+    positions = SCORE_POSITIONS_PER_ROW * max_rows
     source_ids, target_ids = _checked([
         _require(tf.equal(tf.shape(target_ids)[0], sentences), "targets must give one "
                  "target per source; got sources, targets =", sentences,
                  tf.shape(target_ids)[0]),
-        _require(sentences <= max_rows, f"a request may score at most {max_rows} sentence "
-                 "pairs: send fewer per request; got", sentences),
         _require(longest <= max_target_length, f"targets must be at most {max_target_length} "
-                 "subword tokens with EOS; the longest has", longest)], source_ids, target_ids)
+                 "subword tokens with EOS; the longest has", longest),
+        _require(tf.cast(sentences, tf.int64) * tf.cast(longest, tf.int64) <= positions,
+                 f"a request may score at most {positions} target positions (pairs x the "
+                 "longest target's subword tokens): send fewer or shorter pairs per request; "
+                 "got pairs, longest =", sentences, longest)], source_ids, target_ids)
     ids, _ = prepare_ids(source_ids, max_input_length)
     target_ids = tf.pad(target_ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(target_ids)[1])]])
     result = score_ids(model, ids, target_ids)
