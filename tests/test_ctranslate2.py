@@ -130,7 +130,7 @@ def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
     assert len(error) == 1 and "keras-transformer[ctranslate2]" in error[0], result.stderr
 
 
-def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path):
+def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, capsys):
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.errors import InputError
 
@@ -172,3 +172,13 @@ def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path):
         theirs.sample(SOURCES, top_p=1.5)
     with pytest.raises(InputError, match="alpha=nan must be at least 0"):
         CTranslate2Translator(folder, alpha=float("nan"))
+    # The same rules on the command line, with either engine.
+    source = tmp_path / "input.txt"
+    source.write_text("the dog runs\n", encoding="utf-8")
+    for engine in (["tensorflow"], ["ctranslate2", "--ctranslate2-model", str(folder)]):
+        for flag, value, message in (("--alpha", "nan", "alpha=nan must be at least 0"),
+                                     ("--beam", "0", "beam_size=0 must be")):
+            assert cli.main(["translate", "--run-dir", str(tiny_run), "--engine", *engine,
+                             flag, value, "--input", str(source),
+                             "--output", str(tmp_path / "out.txt")]) == 2
+            assert message in capsys.readouterr().err, (engine, flag)
