@@ -3,8 +3,8 @@
 batch of 0 sentences gives 0 results), written with core TensorFlow ops only.
 
 A request is checked before anything is searched: each option in its range (a NaN fails every
-check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples;
-sentence pairs when scoring), since memory grows with rows x length. A failed check is an
+check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples)
+or 16 x max_rows target positions scored, since memory grows with rows x length. A failed check is an
 InvalidArgument error naming the input and its value; the server goes on with the next request.
 """
 
@@ -139,10 +139,11 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
     sentences = tf.shape(source_ids)[0]
     beam_size, alpha = _check_search_options(beam_size, alpha, sentences, max_rows)
     num_hypotheses = tf.convert_to_tensor(num_hypotheses, tf.int32)
-    num_hypotheses, = _checked([
+    num_hypotheses, source_ids = _checked([  # before the search
         _require(num_hypotheses >= 1, "num_hypotheses must be >= 1; got", num_hypotheses),
         _require(num_hypotheses <= beam_size, "num_hypotheses must be <= beam_size; got "
-                 "num_hypotheses, beam_size =", num_hypotheses, beam_size)], num_hypotheses)
+                 "num_hypotheses, beam_size =", num_hypotheses, beam_size)],
+        num_hypotheses, source_ids)
     prefix = check_prefix(prefix, sentences)
     ids, empty = prepare_ids(source_ids, max_input_length)
     step_fn, state, limits, max_length = prefixed_step(model, ids, beam_size, False, prefix)
