@@ -128,3 +128,57 @@ def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     error = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(error) == 1 and "keras-transformer[ctranslate2]" in error[0], result.stderr
+
+
+def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, capsys):
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.errors import InputError
+
+    run = Run(tiny_run)
+    folder = export_ctranslate2(run.load_model(), run.tokenizer(), tmp_path / "ct2",
+                                max_input_length=run.config.max_length)
+    ours = Translator.from_run(tiny_run, beam_size=1, precision="float32")
+    theirs = CTranslate2Translator(folder, beam_size=1)
+    # Scores: CTranslate2's score_batch equals ours within 1e-3 per token (EOS counted).
+    sources, targets = SOURCES + ["", "a dog"], TARGETS + ["", ""]
+    expected, found = ours.score(sources, targets), theirs.score(sources, targets)
+    assert [f["tokens"] for f in found] == [e["tokens"] for e in expected]
+    for e, f in zip(expected, found):
+        assert abs(f["log_prob"] - e["log_prob"]) <= 1e-3 * e["tokens"], (e, f)
+        assert abs(f["mean"] - e["mean"]) <= 1e-3
+    # Prefixes: target_prefix; greedy search with them gives our greedy search's output.
+    prefixes = ["PARK THE", "", "WATER"]
+    with_prefix = theirs.translate(SOURCES, prefixes=prefixes)
+    assert with_prefix == ours.translate(SOURCES, prefixes=prefixes)
+    assert all(text.startswith(prefix) for text, prefix in zip(with_prefix, prefixes))
+    assert theirs.translate(["", "a cat"], prefixes=["CAT", ""])[0] == ""
+    # Sampling: seeded and reproducible; top_k=1 is greedy search, scored as ours.
+    options = dict(num_samples=3, top_k=10, top_p=0.9, temperature=0.8, seed=5)
+    first = theirs.sample(SOURCES + [""], **options)
+    assert first == theirs.sample(SOURCES + [""], **options)
+    assert [len(s) for s in first] == [3, 3, 3, 1] and first[3] == [("", 0.0)]
+    greedy = theirs.sample(SOURCES, num_samples=2, top_k=1)
+    expected = ours.translate(SOURCES, nbest=True)
+    assert all(s[0] == s[1] for s in greedy)
+    assert [s[0][0] for s in greedy] == [e[0][0] for e in expected]
+    for (_, score), (_, our_score) in zip([s[0] for s in greedy], [e[0] for e in expected]):
+        assert abs(score - our_score) <= 1e-2, (score, our_score)
+    # The Translator's rules for what it cannot do.
+    with pytest.raises(InputError, match="prefixes must give one string per sentence"):
+        theirs.translate(SOURCES, prefixes=["A"])
+    with pytest.raises(InputError, match="one target per source"):
+        theirs.score(SOURCES, TARGETS[:1])
+    with pytest.raises(InputError, match=r"top_p=1.5 must be in \(0, 1\]"):
+        theirs.sample(SOURCES, top_p=1.5)
+    with pytest.raises(InputError, match="alpha=nan must be at least 0"):
+        CTranslate2Translator(folder, alpha=float("nan"))
+    # The same rules on the command line, with either engine.
+    source = tmp_path / "input.txt"
+    source.write_text("the dog runs\n", encoding="utf-8")
+    for engine in (["tensorflow"], ["ctranslate2", "--ctranslate2-model", str(folder)]):
+        for flag, value, message in (("--alpha", "nan", "alpha=nan must be at least 0"),
+                                     ("--beam", "0", "beam_size=0 must be")):
+            assert cli.main(["translate", "--run-dir", str(tiny_run), "--engine", *engine,
+                             flag, value, "--input", str(source),
+                             "--output", str(tmp_path / "out.txt")]) == 2
+            assert message in capsys.readouterr().err, (engine, flag)

@@ -70,7 +70,7 @@ class Translator:
             raise InputError(f"beam_size={beam_size!r} must be an integer of at least 1.")
         if not isinstance(batch_size, int) or batch_size < 1:
             raise InputError(f"batch_size={batch_size!r} must be an integer of at least 1.")
-        if alpha < 0:
+        if not alpha >= 0:  # NaN too
             raise InputError(f"alpha={alpha!r} must be at least 0.")
         self.precision, self.precision_reason = resolve_precision(precision)
         self.source_model, self.tokenizer = model, tokenizer

@@ -1,7 +1,8 @@
 """Export for serving: a SavedModel for TensorFlow Serving and a TFLite translator.
 
     graph.py         the search as exported graphs run it (the Translator's rules, core ops)
-    saved_model.py   SavedModel: serving_default (text) and translate_ids (ids) signatures
+    saved_model.py   SavedModel: the text signatures and translate_ids (ids) signatures
+    text_signatures.py  serving_default, translate_nbest, sample, score (text in, text out)
     tflite.py        TFLite: one sentence of ids -> ids, builtin ops, optional quantization
     ct2.py           CTranslate2: the weights as its TransformerSpec, float32/int8/float16
 

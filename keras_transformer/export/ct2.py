@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+from keras_transformer.decoding.sampling import check_sampling
 from keras_transformer.defaults import MAX_LENGTH, PARSING, TRANSLATION
 from keras_transformer.errors import InputError
 from keras_transformer.export.graph import ExportError
@@ -221,8 +222,9 @@ class CTranslate2Translator:
 
     Whitespace is normalized, empty lines give empty outputs, inputs longer than the export's
     max_input_length are truncated (EOS kept), and each sentence may produce up to its input
-    length + extra_length tokens with EOS (sentences of equal length are decoded together,
-    so that each gets exactly its own limit).
+    length + extra_length tokens with EOS (sentences of equal limit are decoded together,
+    so that each gets exactly its own limit). `translate`, `sample` and `score` take and return
+    what `Translator`'s do; the differences of CTranslate2's own search are in docs/export.md.
 
     Args:
         model_dir: the folder `export_ctranslate2` wrote.
@@ -238,9 +240,15 @@ class CTranslate2Translator:
     def __init__(self, model_dir, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
                  batch_size=TRANSLATION.batch_size, extra_length=TRANSLATION.extra_length,
                  device="cpu", compute_type="default", threads=None):
-        ctranslate2 = require_ctranslate2()
+        self.ctranslate2 = require_ctranslate2()
         import sentencepiece as spm
 
+        if not isinstance(beam_size, int) or beam_size < 1:
+            raise InputError(f"beam_size={beam_size!r} must be an integer of at least 1.")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size={batch_size!r} must be an integer of at least 1.")
+        if not alpha >= 0:  # NaN too
+            raise InputError(f"alpha={alpha!r} must be at least 0.")
         self.model_dir = pathlib.Path(model_dir)
         metadata_path = self.model_dir / METADATA
         if not metadata_path.is_file():
@@ -254,9 +262,12 @@ class CTranslate2Translator:
         self.batch_size, self.extra_length = batch_size, extra_length
         self.processor = spm.SentencePieceProcessor(
             model_file=str(self.model_dir / VOCABULARY_FILE))
-        self.translator = ctranslate2.Translator(
-            str(self.model_dir), device=device, compute_type=compute_type,
-            intra_threads=threads or os.cpu_count() or 0)
+        self._engine_options = dict(device=device, compute_type=compute_type,
+                                    intra_threads=threads or os.cpu_count() or 0)
+        self.translator = self._engine()
+
+    def _engine(self):
+        return self.ctranslate2.Translator(str(self.model_dir), **self._engine_options)
 
     def encode(self, sentences):
         """Strings -> piece lists without EOS (CTranslate2 adds it), truncated so that with
@@ -264,46 +275,124 @@ class CTranslate2Translator:
         pieces = self.processor.encode(list(sentences), out_type=str)
         return [p[: self.max_input_length - 1] for p in pieces]
 
-    def _options(self, length):
+    def encode_targets(self, sentences):
+        """Strings -> piece lists without EOS, whitespace normalized, not truncated."""
+        return self.processor.encode(
+            [normalize_whitespace(s.rstrip("\n")) if s else "" for s in sentences], out_type=str)
+
+    def _options(self, max_decoding_length):
         # Our limit, the input with its EOS + extra_length, counts the output's EOS: at most
         # length + extra_length tokens before it, which is CTranslate2's bound on the tokens
-        # it returns for this max_decoding_length.
+        # it returns for this max_decoding_length (a target prefix counts in it).
         return dict(beam_size=self.beam_size, length_penalty=self.alpha,
-                    max_decoding_length=length + self.extra_length,
+                    max_decoding_length=max_decoding_length,
                     max_input_length=0, suppress_sequences=self.suppressed,
                     return_scores=True)
 
-    def translate_pieces(self, pieces, nbest=1, progress=None):
-        """Piece lists -> lists of (pieces, score) per sentence, best first."""
+    def translate_pieces(self, pieces, nbest=1, progress=None, prefixes=None, translator=None,
+                         **options):
+        """Piece lists [and target prefixes: piece lists, [] for none] -> lists of
+        (pieces, score) per sentence, best first. `options`: more translate_batch options."""
         results = [None] * len(pieces)
-        by_length = {}
+        by_limit = {}  # our limit: max(input + extra_length, prefix) tokens before EOS
         for i, p in enumerate(pieces):
-            by_length.setdefault(len(p), []).append(i)
-        for length, rows in sorted(by_length.items()):
+            limit = max(len(p) + self.extra_length, len(prefixes[i]) if prefixes else 0)
+            by_limit.setdefault(limit, []).append(i)
+        for limit, rows in sorted(by_limit.items()):
             for start in range(0, len(rows), self.batch_size):
                 chunk = rows[start: start + self.batch_size]
-                outputs = self.translator.translate_batch(
-                    [pieces[i] for i in chunk], num_hypotheses=nbest, **self._options(length))
+                prefix = None if prefixes is None else [prefixes[i] or None for i in chunk]
+                outputs = (translator or self.translator).translate_batch(
+                    [pieces[i] for i in chunk], target_prefix=prefix, num_hypotheses=nbest,
+                    **{**self._options(limit), **options})
                 for i, output in zip(chunk, outputs):
                     results[i] = list(zip(output.hypotheses, output.scores))
                 if progress is not None:
                     progress.update(len(chunk))
         return results
 
-    def translate(self, sentences, nbest=False, progress=None):
-        """As `Translator.translate`: strings (or, with nbest, (translation, score) lists)."""
+    def translate(self, sentences, nbest=False, progress=None, prefixes=None):
+        """As `Translator.translate`: strings (or, with nbest, (translation, score) lists);
+        prefixes (one string per sentence, "" for none) become CTranslate2's target_prefix."""
+        _, found = self._decode(sentences, prefixes, self.beam_size if nbest else 1, progress)
+        results = [[("", 0.0)] if hypotheses is None else
+                   [(self.processor.decode(p), float(s)) for p, s in hypotheses]
+                   for hypotheses in found]
+        return results if nbest else [r[0][0] for r in results]
+
+    def sample(self, sentences, num_samples=1, top_k=0, top_p=1.0, temperature=1.0, seed=0,
+               prefixes=None, progress=None):
+        """As `Translator.sample`: num_samples (translation, log P(translation | sentence))
+        pairs per sentence, drawn by CTranslate2 (sampling_topk, sampling_topp,
+        sampling_temperature) with its random generator seeded with `seed` (the same seed
+        gives the same samples here; not ours). The scores are score_batch's, EOS included,
+        as ours."""
+        try:
+            check_sampling(num_samples, top_k, top_p, temperature, seed)
+        except ValueError as error:
+            raise InputError(str(error)) from None
+        # CTranslate2 seeds a worker thread's generator when the thread starts: a fresh
+        # translator after set_random_seed (cheap: the weights are mapped again).
+        self.ctranslate2.set_random_seed(seed)
+        sampler = self._engine()
+        # top_k=1 draws the most likely token: CTranslate2 then returns one hypothesis.
+        sources, found = self._decode(
+            sentences, prefixes, 1 if top_k == 1 else num_samples, progress, translator=sampler,
+            beam_size=1, sampling_topk=top_k, sampling_topp=top_p,
+            sampling_temperature=temperature)
+        found = [h if h is None or top_k != 1 else h * num_samples for h in found]
+        pairs = [(i, p) for i, hypotheses in enumerate(found) if hypotheses is not None
+                 for p, _ in hypotheses]
+        scores = iter(self.score_pieces([sources[i] for i, _ in pairs], [p for _, p in pairs]))
+        return [[("", 0.0)] if hypotheses is None else
+                [(self.processor.decode(p), float(sum(next(scores)))) for p, _ in hypotheses]
+                for hypotheses in found]
+
+    def _decode(self, sentences, prefixes, nbest, progress, translator=None, **options):
+        """(source pieces, per sentence: [(pieces, score)] best first, or None for an empty
+        input)."""
         sentences = [normalize_whitespace(s.rstrip("\n")) for s in sentences]
+        prefix_pieces = self._prefix_pieces(sentences, prefixes)
         todo = [i for i, s in enumerate(sentences) if s]
-        results = [[("", 0.0)] for _ in sentences]
-        found = self.translate_pieces(self.encode([sentences[i] for i in todo]),
-                                      nbest=self.beam_size if nbest else 1, progress=progress)
-        for i, hypotheses in zip(todo, found):
-            results[i] = [(self.processor.decode(p), float(s)) for p, s in hypotheses]
+        encoded = dict(zip(todo, self.encode([sentences[i] for i in todo])))
+        sources = [encoded.get(i) for i in range(len(sentences))]
+        found = self.translate_pieces(
+            [sources[i] for i in todo], nbest=nbest, progress=progress,
+            prefixes=None if prefix_pieces is None else [prefix_pieces[i] for i in todo],
+            translator=translator, **options)
+        results = dict(zip(todo, found))
+        results = [results.get(i) for i in range(len(sentences))]
         if progress is not None:
             progress.update(len(sentences) - len(todo))
-        return results if nbest else [r[0][0] for r in results]
+        return sources, results
+
+    def _prefix_pieces(self, sentences, prefixes):
+        if prefixes is None:
+            return None
+        if len(prefixes) != len(sentences):
+            raise InputError(f"prefixes must give one string per sentence: {len(sentences)} "
+                             f"sentences, {len(prefixes)} prefixes.")
+        pieces = self.encode_targets([p or "" for p in prefixes])
+        return pieces if any(pieces) else None
+
+    def score(self, sources, targets, progress=None):
+        """As `Translator.score`: [{"log_prob", "tokens", "mean"}] per pair, from CTranslate2's
+        score_batch (natural-log probabilities of the target's tokens and its EOS)."""
+        if len(sources) != len(targets):
+            raise InputError(f"score needs one target per source: {len(sources)} sources, "
+                             f"{len(targets)} targets.")
+        sources = self.encode([normalize_whitespace(s.rstrip("\n")) for s in sources])
+        results = []
+        for per_token in self.score_pieces(sources, self.encode_targets(targets)):
+            total = float(sum(per_token))
+            results.append({"log_prob": total, "tokens": len(per_token),
+                            "mean": total / len(per_token)})
+        if progress is not None:
+            progress.update(len(results))
+        return results
 
     def score_pieces(self, sources, targets):
         """Forced decoding: per-token log-probabilities of each target (EOS last)."""
-        outputs = self.translator.score_batch(sources, targets, max_input_length=0)
+        outputs = self.translator.score_batch(sources, targets, max_input_length=0,
+                                              max_batch_size=self.batch_size) if sources else []
         return [list(output.log_probs) for output in outputs]

@@ -1,14 +1,37 @@
 """The search as an exported graph runs it: the same rules as the in-process `Translator`
 (whitespace normalized, long inputs truncated, an empty input gives just EOS with score 0, a
-batch of 0 sentences gives 0 results), written with core TensorFlow ops only."""
+batch of 0 sentences gives 0 results), written with core TensorFlow ops only.
+
+A request is checked before anything is searched: each option in its range (a NaN fails every
+check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples)
+or 16 x max_rows target positions scored, since memory grows with rows x length. A failed check is an
+InvalidArgument error naming the input and its value; the server goes on with the next request.
+"""
 
 import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import beam_search, trim
-from keras_transformer.decoding.search import XLA_WIDTH_STEP, model_step, static_max_length
+from keras_transformer.decoding.sampling import RandomSampler
+from keras_transformer.decoding.scoring import score_ids
+from keras_transformer.decoding.search import (
+    NEG_INF, XLA_WIDTH_STEP, greedy_search, model_step, prefixed_step, static_max_length,
+    tile_beams)
 from keras_transformer.defaults import TRANSLATION
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID, PAD_ID
+
+MAX_BEAM = 64  # the largest beam_size, num_hypotheses or num_samples a request may ask for
+# Rows one request may search (sentences x beam_size or num_samples). Each row holds its
+# self-attention cache and its share of the encoder output: 2 (keys, values) x num_layers x
+# d_model x (input + output positions) x 4 bytes, 14 MB for the base model at the longest
+# inputs (256 input, 306 output positions), so 1024 rows stay within about 15 GB even then;
+# 0.6 MB for the demo's 3-layer d_model-256 model at Multi30k lengths (0.6 GB for 1024 rows).
+MAX_ROWS = 1024
+# Scoring holds the logits of every target position at once, 4 x vocabulary bytes each (and
+# their log-softmax): a request may score at most this many target positions per row of the
+# search bound (pairs x the longest target's tokens <= 16 x max_rows; 2.4 GB of logits at a
+# 37,000-piece vocabulary, 0.5 GB at 8,000).
+SCORE_POSITIONS_PER_ROW = 16
 
 
 class ExportError(InputError):
@@ -32,28 +55,155 @@ def prepare_ids(source_ids, max_input_length):
     return ids, empty
 
 
-def _check_search_options(beam_size, alpha):
+def _require(condition, message, *values):
+    """An assertion that fails the request with `message` and the offending values."""
+    return tf.debugging.Assert(condition, [message, *values])
+
+
+def _checked(checks, *tensors):
+    """The tensors, available only once every check has passed."""
+    with tf.control_dependencies(checks):
+        return [tf.identity(t) for t in tensors]
+
+
+def rows_check(sentences, per_sentence, what, max_rows=MAX_ROWS):
+    """At most max_rows = sentences x per_sentence rows (int64: no overflow)."""
+    rows = tf.cast(sentences, tf.int64) * tf.cast(per_sentence, tf.int64)
+    return _require(rows <= max_rows, f"a request may search at most {max_rows} rows "
+                    f"(sentences x {what}): send fewer sentences per request; got sentences, "
+                    f"{what} =", sentences, per_sentence)
+
+
+def _check_search_options(beam_size, alpha, sentences=None, max_rows=MAX_ROWS):
     beam_size = tf.convert_to_tensor(beam_size, tf.int32)
     alpha = tf.convert_to_tensor(alpha, tf.float32)
     checks = [
         tf.debugging.assert_greater_equal(beam_size, 1, message="beam_size must be >= 1"),
-        tf.debugging.assert_less_equal(beam_size, 64, message="beam_size must be <= 64"),
+        tf.debugging.assert_less_equal(beam_size, MAX_BEAM,
+                                       message=f"beam_size must be <= {MAX_BEAM}"),
         tf.debugging.assert_greater_equal(alpha, 0.0, message="alpha must be >= 0"),
     ]
+    if sentences is not None:
+        with tf.control_dependencies(checks):  # the rows only once beam_size is known good
+            checks.append(rows_check(sentences, beam_size, "beam_size", max_rows))
+    return _checked(checks, beam_size, alpha)
+
+
+def check_sampling_options(num_samples, top_k, top_p, temperature, seed, sentences,
+                           max_rows=MAX_ROWS):
+    """The sampling inputs, once each is in range (see `decoding.sampling.check_sampling`)."""
+    num_samples, top_k, seed = (tf.convert_to_tensor(v, tf.int32)
+                                for v in (num_samples, top_k, seed))
+    top_p, temperature = (tf.convert_to_tensor(v, tf.float32) for v in (top_p, temperature))
+    checks = [
+        _require(num_samples >= 1, "num_samples must be >= 1; got", num_samples),
+        _require(num_samples <= MAX_BEAM, f"num_samples must be <= {MAX_BEAM}; got",
+                 num_samples),
+        _require(top_k >= 0, "top_k must be >= 0 (0: no top-k cut); got", top_k),
+        _require(tf.logical_and(top_p > 0.0, top_p <= 1.0),
+                 "top_p must be in (0, 1] (1: no nucleus cut); got", top_p),
+        _require(temperature > 0.0, "temperature must be > 0; got", temperature),
+        _require(seed >= 0, "seed must be >= 0; got", seed),
+    ]
     with tf.control_dependencies(checks):
-        return tf.identity(beam_size), tf.identity(alpha)
+        checks.append(rows_check(sentences, num_samples, "num_samples", max_rows))
+    return _checked(checks, num_samples, top_k, top_p, temperature, seed)
 
 
-def search_ids(model, source_ids, beam_size, alpha, max_input_length):
-    """Best hypothesis per row: (ids (N, T) int32, scores (N,) float32); empty rows give EOS."""
-    beam_size, alpha = _check_search_options(beam_size, alpha)
+def check_prefix(prefix, sentences):
+    """(N, P) prefix ids, or None; one row per sentence."""
+    if prefix is None:
+        return None
+    rows = tf.shape(prefix)[0]
+    check = _require(tf.equal(rows, sentences), "prefixes must give one entry per sentence "
+                     "(or none at all); got sentences, prefixes =", sentences, rows)
+    return _checked([check], prefix)[0]
+
+
+def search_ids(model, source_ids, beam_size, alpha, max_input_length, max_rows=MAX_ROWS,
+               prefix=None):
+    """Best hypothesis per row: (ids (N, T) int32, scores (N,) float32); empty rows give EOS.
+    prefix: (N, P) int32 ids each output starts with (rows of 0: none)."""
+    ids, scores = nbest_ids(model, source_ids, beam_size, alpha, 1, max_input_length, max_rows,
+                            prefix)
+    return trim(ids[:, 0, :]), scores[:, 0]
+
+
+def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_length,
+              max_rows=MAX_ROWS, prefix=None):
+    """The num_hypotheses best of the beam per row: (ids (N, H, T), scores (N, H)), best first.
+
+    An empty row gives EOS with score 0 first; places the search's pool did not fill (and an
+    empty row's others) hold no tokens and the score NEG_INF (-1e9).
+    """
+    sentences = tf.shape(source_ids)[0]
+    beam_size, alpha = _check_search_options(beam_size, alpha, sentences, max_rows)
+    num_hypotheses = tf.convert_to_tensor(num_hypotheses, tf.int32)
+    num_hypotheses, source_ids = _checked([  # before the search
+        _require(num_hypotheses >= 1, "num_hypotheses must be >= 1; got", num_hypotheses),
+        _require(num_hypotheses <= beam_size, "num_hypotheses must be <= beam_size; got "
+                 "num_hypotheses, beam_size =", num_hypotheses, beam_size)],
+        num_hypotheses, source_ids)
+    prefix = check_prefix(prefix, sentences)
     ids, empty = prepare_ids(source_ids, max_input_length)
-    step_fn, state, limits, max_length = model_step(model, ids, beam_size)
-    result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
-    return empty_rows_to_eos(result["ids"][:, 0, :], result["scores"][:, 0], empty)
+    step_fn, state, limits, max_length = prefixed_step(model, ids, beam_size, False, prefix)
+    result = beam_search(step_fn, state, limits, beam_size, alpha, max_length, prefix=prefix)
+    best = result["ids"][:, :num_hypotheses]
+    return empty_rows_to_eos_nbest(best, result["scores"][:, :num_hypotheses], empty)
 
 
-def xla_search_ids(model, beam_size, max_input_length, width_step=XLA_WIDTH_STEP):
+def sample_ids(model, source_ids, num_samples, top_k, top_p, temperature, seed,
+               max_input_length, max_rows=MAX_ROWS, prefix=None):
+    """num_samples random translations per row (`decoding.sampling`): (ids (N, S, T), scores
+    (N, S) log P(Y | X)). An empty row's samples are empty, with score 0."""
+    sentences = tf.shape(source_ids)[0]
+    num_samples, top_k, top_p, temperature, seed = check_sampling_options(
+        num_samples, top_k, top_p, temperature, seed, sentences, max_rows)
+    prefix = check_prefix(prefix, sentences)
+    ids, empty = prepare_ids(source_ids, max_input_length)
+    step_fn, state, limits, max_length = prefixed_step(model, ids, num_samples, False, prefix)
+    rows_prefix = None if prefix is None else tile_beams(prefix, num_samples)
+    samples, scores = greedy_search(
+        step_fn, state, tile_beams(limits, num_samples), max_length, prefix=rows_prefix,
+        pick=RandomSampler(top_k, top_p, temperature, seed))
+    samples = tf.reshape(samples, [sentences, num_samples, tf.shape(samples)[1]])
+    scores = tf.reshape(scores, [sentences, num_samples])
+    samples, scores = empty_rows_to_eos_nbest(samples, scores, empty)
+    return samples, tf.where(empty[:, None], 0.0, scores)
+
+
+def score_target_ids(model, source_ids, target_ids, max_input_length, max_target_length,
+                     max_rows=MAX_ROWS):
+    """log P(target | source) per pair: {"log_prob", "tokens", "mean"} (N,) each.
+
+    target_ids: (N, T) int32 ending with EOS, 0-padded; at most max_target_length tokens (a
+    longer target is refused: a truncated one would get another sentence's score), and N x T
+    at most SCORE_POSITIONS_PER_ROW x max_rows.
+    """
+    sentences = tf.shape(source_ids)[0]
+    tokens = tf.reduce_sum(tf.cast(tf.not_equal(target_ids, PAD_ID), tf.int32), axis=1)
+    longest = tf.reduce_max(tf.concat([tokens, [0]], axis=0))
+    positions = SCORE_POSITIONS_PER_ROW * max_rows
+    source_ids, target_ids = _checked([
+        _require(tf.equal(tf.shape(target_ids)[0], sentences), "targets must give one "
+                 "target per source; got sources, targets =", sentences,
+                 tf.shape(target_ids)[0]),
+        _require(longest <= max_target_length, f"targets must be at most {max_target_length} "
+                 "subword tokens with EOS; the longest has", longest),
+        _require(tf.cast(sentences, tf.int64) * tf.cast(longest, tf.int64) <= positions,
+                 f"a request may score at most {positions} target positions (pairs x the "
+                 "longest target's subword tokens): send fewer or shorter pairs per request; "
+                 "got pairs, longest =", sentences, longest)], source_ids, target_ids)
+    ids, _ = prepare_ids(source_ids, max_input_length)
+    target_ids = tf.pad(target_ids, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(target_ids)[1])]])
+    result = score_ids(model, ids, target_ids)
+    tokens = result["tokens"]
+    mean = result["log_prob"] / tf.cast(tf.maximum(tokens, 1), tf.float32)
+    return {"log_prob": result["log_prob"], "tokens": tokens, "mean": mean}
+
+
+def xla_search_ids(model, beam_size, max_input_length, width_step=XLA_WIDTH_STEP,
+                   max_rows=MAX_ROWS):
     """`search_ids` with the beam size fixed and the search loop compiled by XLA.
 
     Returns a function (source_ids, alpha) -> (ids, scores). XLA compiles once per input
@@ -69,7 +219,7 @@ def xla_search_ids(model, beam_size, max_input_length, width_step=XLA_WIDTH_STEP
         return result["ids"][:, 0, :], result["scores"][:, 0]
 
     def run(source_ids, alpha):
-        _, alpha = _check_search_options(beam_size, alpha)
+        _, alpha = _check_search_options(beam_size, alpha, tf.shape(source_ids)[0], max_rows)
         ids, empty = prepare_ids(source_ids, max_input_length)
         width = tf.shape(ids)[1]
         ids = tf.pad(ids, [[0, 0], [0, (width_step - width % width_step) % width_step]])
@@ -86,6 +236,20 @@ def empty_rows_to_eos(best, scores, empty):
     eos_only = tf.equal(tf.range(tf.shape(best)[1]), 0)
     best = tf.where(empty[:, None], tf.where(eos_only, EOS_ID, PAD_ID)[None, :], best)
     return trim(best), tf.where(empty, 0.0, scores)
+
+
+def empty_rows_to_eos_nbest(ids, scores, empty):
+    """`empty_rows_to_eos` for (N, H, T) hypotheses: an empty row's first is EOS with score 0,
+    its others hold no tokens with score NEG_INF."""
+    shape = tf.shape(ids)
+    width = tf.maximum(shape[2], 1)
+    ids = tf.pad(ids, [[0, 0], [0, 0], [0, width - shape[2]]])
+    first = tf.equal(tf.range(shape[1]), 0)[None, :]  # (1, H)
+    eos_only = tf.equal(tf.range(width), 0)[None, None, :]
+    replaced = tf.where(tf.logical_and(first[:, :, None], eos_only), EOS_ID, PAD_ID)
+    ids = tf.where(empty[:, None, None], replaced, ids)
+    scores = tf.where(empty[:, None], tf.where(first, 0.0, NEG_INF), scores)
+    return trim(ids), scores
 
 
 def normalize_text(sentences):

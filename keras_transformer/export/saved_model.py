@@ -1,15 +1,22 @@
-"""SavedModel export for TensorFlow Serving (layout `saved_models/<name>/<version>/`), two
-signatures:
+"""SavedModel export for TensorFlow Serving (layout `saved_models/<name>/<version>/`).
 
-* `serving_default`: `sentences` (N,) string [, `beam_size` () int32, `alpha` () float32]
-  -> `translations` (N,) string, `scores` (N,) float32. Tokenization and detokenization run
-  in the graph (tensorflow-text sentencepiece). `beam_size` and `alpha` may be left out of a
-  request: their defaults are the export's (the run's decoding choice, else beam 4 and
-  alpha 0.6), kept in the saved functions.
+Text signatures (`export.text_signatures`; tokenization and detokenization in the graph,
+tensorflow-text sentencepiece):
+
+* `serving_default`: `sentences` (N,) string [, `beam_size` () int32, `alpha` () float32,
+  `prefixes` (N,) string] -> `translations` (N,) string, `scores` (N,) float32. The optional
+  inputs may be left out of a request: their defaults are the export's (the run's decoding
+  choice, else beam 4 and alpha 0.6; no prefixes), kept in the saved functions.
+* `translate_nbest`: the `num_hypotheses` (<= beam_size) best -> (N, H) translations and scores.
+* `sample`: random sampling (num_samples, top_k, top_p, temperature, seed) -> (N, S).
+* `score`: `sources`, `targets` -> `log_prob`, `tokens`, `mean` (N,) each.
+
+Ids signatures (core TensorFlow ops only):
+
 * `translate_ids`: `source_ids` (N, S) int32 (subword ids ending with EOS = 2, padded with
   0) [, `beam_size`, `alpha`] -> `ids` (N, T) int32 (ending with EOS, padded with 0),
-  `scores` (N,) float32. Core TensorFlow ops only; with `ids_only=True` the SavedModel holds
-  nothing else and loads on a server without the tensorflow-text kernels.
+  `scores` (N,) float32. With `ids_only=True` the SavedModel holds nothing else and loads on a
+  server without the tensorflow-text kernels.
 * `translate_ids_xla`: the same search compiled by XLA, with the beam size fixed at export
   (`beam_size` of the export; inputs `source_ids` [, `alpha`]). 2.7x faster per request on
   CPU (a Multi30k model: no per-op overhead, caches updated in place), but TensorFlow
@@ -17,6 +24,9 @@ signatures:
   compiles it once per input shape (widths are padded to a multiple of 16 in the graph; the
   first request of each batch size and width bucket takes seconds). `serving_default` and
   `translate_ids` stay the portable default.
+
+Every signature checks its inputs in the graph (`export.graph`) and searches at most
+`max_rows` rows per request (sentences x beam_size or num_samples).
 
 A version is written under a temporary name beside it and renamed when complete, so an
 interrupted export leaves no partial version behind.
@@ -30,10 +40,9 @@ import types
 import tensorflow as tf
 
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
-from keras_transformer.export.graph import (
-    ExportError, normalize_text, search_ids, xla_search_ids)
+from keras_transformer.export import text_signatures
+from keras_transformer.export.graph import MAX_ROWS, ExportError, search_ids, xla_search_ids
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
-from pipelines.special_ids import EOS_ID, PAD_ID
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +55,24 @@ class IdsTranslatorModule(tf.Module):
         max_input_length: longer inputs are truncated (subword tokens, EOS included).
         beam_size, alpha: the defaults of the signatures' `beam_size` and `alpha` inputs;
             beam_size is also the fixed beam of `translate_ids_xla`.
+        max_rows: the most rows one request may search (sentences x beam_size or
+            num_samples); a larger request is refused by the graph (`export.graph.MAX_ROWS`).
     """
 
     def __init__(self, model, max_input_length=MAX_LENGTH, beam_size=TRANSLATION.beam_size,
-                 alpha=TRANSLATION.alpha):
+                 alpha=TRANSLATION.alpha, max_rows=MAX_ROWS):
         super().__init__(name="translator")
         self.beam_size, self.alpha = int(beam_size), float(alpha)
+        if int(max_rows) < self.beam_size:
+            raise ExportError(f"max_rows={max_rows} must be at least beam_size="
+                              f"{self.beam_size}.")
+        self.max_rows = int(max_rows)
         self.translate_ids = self._translate_ids_function()
         self.translate_ids_xla = self._translate_ids_xla_function()
         if max_input_length < 2:
             raise ExportError(f"max_input_length={max_input_length} must be at least 2.")
-        self._xla_search = xla_search_ids(model, beam_size, max_input_length)
+        self._xla_search = xla_search_ids(model, beam_size, max_input_length,
+                                          max_rows=self.max_rows)
         # Not tracked as is: TensorFlow's object graph would save the Keras variable wrappers,
         # while the functions capture the tf.Variables inside them, which a TF1-style loader
         # (TensorFlow Serving, saved_model_cli run) then finds uninitialized. `track_variables`
@@ -78,7 +94,7 @@ class IdsTranslatorModule(tf.Module):
         def translate_ids(source_ids, beam_size=tf.constant(self.beam_size),
                           alpha=tf.constant(self.alpha)):
             ids, scores = search_ids(self.model, source_ids, beam_size, alpha,
-                                     self.max_input_length)
+                                     self.max_input_length, self.max_rows)
             return {"ids": ids, "scores": scores}
 
         return translate_ids
@@ -110,44 +126,27 @@ class IdsTranslatorModule(tf.Module):
 
 
 class TranslatorModule(IdsTranslatorModule):
-    """The full SavedModel: `serving_default` (text in, text out) and `translate_ids`.
+    """The full SavedModel: the text signatures (`export.text_signatures`) and the ids ones.
 
     Args:
         model: a trained `Transformer`.
         tokenizer: its `SubwordTokenizer`.
         max_input_length: longer inputs are truncated (subword tokens, EOS included).
+        beam_size, alpha, max_rows: as for `IdsTranslatorModule`.
     """
 
     def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH,
-                 beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha):
-        super().__init__(model, max_input_length, beam_size, alpha)
+                 beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha, max_rows=MAX_ROWS):
+        super().__init__(model, max_input_length, beam_size, alpha, max_rows)
         self.tokenizer = tokenizer
-        self.serve = self._serve_function()
-
-    def _serve_function(self):
-        @tf.function(input_signature=[
-            tf.TensorSpec([None], tf.string, name="sentences"),
-            tf.TensorSpec([], tf.int32, name="beam_size"),
-            tf.TensorSpec([], tf.float32, name="alpha"),
-        ])
-        def serve(sentences, beam_size=tf.constant(self.beam_size),
-                  alpha=tf.constant(self.alpha)):
-            tokens = self.tokenizer.tokenize(normalize_text(sentences))
-            tokens = tokens[:, : self.max_input_length - 1]
-            eos = tf.fill([tokens.nrows(), 1], EOS_ID)
-            source_ids = tf.concat([tokens, tf.RaggedTensor.from_tensor(eos)], axis=1)
-            source_ids = source_ids.to_tensor(default_value=PAD_ID)
-            ids, scores = search_ids(self.model, source_ids, beam_size, alpha,
-                                     self.max_input_length)
-            translations = self.tokenizer.detokenize_dense(ids)
-            empty = tf.equal(tokens.row_lengths(), 0)
-            return {"translations": tf.where(empty, "", translations), "scores": scores}
-
-        return serve
+        self.serve = text_signatures.serving_default(self)
+        self.translate_nbest = text_signatures.translate_nbest(self)
+        self.sample = text_signatures.sample(self)
+        self.score = text_signatures.score(self)
 
     def signatures(self):
-        return {"serving_default": self.serve, "translate_ids": self.translate_ids,
-                "translate_ids_xla": self.translate_ids_xla}
+        return {"serving_default": self.serve, "translate_nbest": self.translate_nbest,
+                "sample": self.sample, "score": self.score, **super().signatures()}
 
 
 def existing_versions(base_dir):
@@ -160,7 +159,8 @@ def existing_versions(base_dir):
 
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
                        max_input_length=MAX_LENGTH, ids_only=False,
-                       beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha):
+                       beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+                       max_rows=MAX_ROWS):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 
     Args:
@@ -169,6 +169,7 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         beam_size, alpha: the default `beam_size` and `alpha` inputs of the signatures;
             beam_size is also the beam of the `translate_ids_xla` signature (fixed when
             compiled).
+        max_rows: the most rows one request may search (see `export.graph.MAX_ROWS`).
     """
     base_dir = pathlib.Path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -183,8 +184,9 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         raise ExportError(
             f"{target} already exists: TensorFlow Serving may be serving it. Choose another "
             "version, or allow overwriting it.")
-    module = (IdsTranslatorModule(model, max_input_length, beam_size, alpha) if ids_only
-              else TranslatorModule(model, tokenizer, max_input_length, beam_size, alpha))
+    module = (IdsTranslatorModule(model, max_input_length, beam_size, alpha, max_rows)
+              if ids_only else
+              TranslatorModule(model, tokenizer, max_input_length, beam_size, alpha, max_rows))
     start = time.time()
     with atomic_path(target) as temporary:
         temporary.mkdir()  # from here on, everything goes under the temporary name

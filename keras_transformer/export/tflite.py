@@ -1,7 +1,8 @@
 """TFLite export: `source_ids` (1, S) int32 -> `ids` (1, T) int32 and `score` (1,) float32
-with a fixed search (beam 4 and alpha 0.6 by default, or greedy), builtin TFLite ops only, the
-weights as constants; float32, dynamic-range int8 or float16 weights. The sentencepiece model
-is written beside it for tokenizing on the device."""
+with a fixed search (beam 4 and alpha 0.6 by default, or greedy), and the whole beam:
+`nbest_ids` (1, K, T) and `nbest_scores` (1, K), best first (K = 1 for greedy search). Builtin
+TFLite ops only, the weights as constants; float32, dynamic-range int8 or float16 weights. The
+sentencepiece model is written beside it for tokenizing on the device."""
 
 import logging
 import pathlib
@@ -14,7 +15,8 @@ import tensorflow as tf
 from keras_transformer.decoding.beam_search import beam_search
 from keras_transformer.decoding.search import greedy_search, model_step
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
-from keras_transformer.export.graph import ExportError, empty_rows_to_eos, prepare_ids
+from keras_transformer.export.graph import (
+    ExportError, empty_rows_to_eos, empty_rows_to_eos_nbest, prepare_ids)
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes
 from pipelines.files import no_space, no_space_error
 
@@ -47,12 +49,15 @@ class TFLiteTranslator(tf.Module):
         if self.beam_size == 1:
             step_fn, state, limits, max_length = model_step(model, ids, 1)
             best, scores = greedy_search(step_fn, state, limits, max_length)
+            nbest, nbest_scores = best[:, None, :], scores[:, None]
         else:
             step_fn, state, limits, max_length = model_step(model, ids, self.beam_size)
             result = beam_search(step_fn, state, limits, self.beam_size, self.alpha, max_length)
             best, scores = result["ids"][:, 0, :], result["scores"][:, 0]
+            nbest, nbest_scores = result["ids"], result["scores"]
         best, scores = empty_rows_to_eos(best, scores, empty)
-        return {"ids": best, "score": scores}
+        nbest, nbest_scores = empty_rows_to_eos_nbest(nbest, nbest_scores, empty)
+        return {"ids": best, "score": scores, "nbest_ids": nbest, "nbest_scores": nbest_scores}
 
     def track_variables(self):
         self.model_variables = list(self.translate.get_concrete_function().variables)

@@ -1,0 +1,118 @@
+"""The text signatures of the full SavedModel: strings in, strings out, tokenized in the graph
+(tensorflow-text sentencepiece), with the search rules of `export.graph`.
+
+* `serving_default`: sentences (N,) [, beam_size, alpha, prefixes (N,) or (0,)] ->
+  translations (N,), scores (N,) length-normalized.
+* `translate_nbest`: sentences [, beam_size, alpha, num_hypotheses, prefixes] ->
+  translations (N, H), scores (N, H), best first (H = num_hypotheses <= beam_size).
+* `sample`: sentences [, num_samples, top_k, top_p, temperature, seed, prefixes] ->
+  translations (N, S), scores (N, S) log P(translation | sentence).
+* `score`: sources (N,), targets (N,) -> log_prob (N,) natural-log total, tokens (N,) target
+  subword tokens with EOS, mean (N,) log_prob / tokens.
+
+`prefixes`: an empty vector (the default) means none; otherwise one string per sentence, each
+output starting with its subword tokens ("" for none), truncated to max_input_length tokens.
+Each signature is made per module, so that the defaults of its optional inputs are the
+export's (kept in the saved functions and the SignatureDefs).
+"""
+
+import tensorflow as tf
+
+from keras_transformer.defaults import TRANSLATION
+from keras_transformer.export.graph import (
+    nbest_ids, normalize_text, sample_ids, score_target_ids, search_ids)
+from pipelines.special_ids import EOS_ID, PAD_ID
+
+SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
+PREFIXES = tf.TensorSpec([None], tf.string, name="prefixes")
+NO_PREFIXES = ()  # the default `prefixes`: an empty vector
+
+
+def _with_eos(tokens):
+    """Ragged (N, None) ids -> (N, S) int32 ending with EOS, 0-padded."""
+    eos = tf.RaggedTensor.from_tensor(tf.fill([tokens.nrows(), 1], EOS_ID))
+    return tf.concat([tokens, eos], axis=1).to_tensor(default_value=PAD_ID)
+
+
+def source_ids(module, sentences):
+    """(N,) strings -> ((N, S) ids truncated to max_input_length with EOS, (N,) empty)."""
+    tokens = module.tokenizer.tokenize(normalize_text(sentences))
+    tokens = tokens[:, : module.max_input_length - 1]
+    return _with_eos(tokens), tf.equal(tokens.row_lengths(), 0)
+
+
+def prefix_ids(module, prefixes, sentences):
+    """(M,) prefix strings -> (M, P) ids without EOS, 0-padded; M = 0 gives (N, 1) zeros (no
+    prefix for any of the N sentences)."""
+    tokens = module.tokenizer.tokenize(normalize_text(prefixes))[:, : module.max_input_length]
+    return tf.cond(tf.size(prefixes) > 0, lambda: tokens.to_tensor(default_value=PAD_ID),
+                   lambda: tf.zeros([tf.size(sentences), 1], tf.int32))
+
+
+def detokenize(module, ids):
+    """(N, H, T) ids -> (N, H) strings."""
+    shape = tf.shape(ids)
+    flat = tf.reshape(ids, [shape[0] * shape[1], shape[2]])
+    return tf.reshape(module.tokenizer.detokenize_dense(flat), shape[:2])
+
+
+def serving_default(module):
+    @tf.function(input_signature=[SENTENCES, tf.TensorSpec([], tf.int32, name="beam_size"),
+                                  tf.TensorSpec([], tf.float32, name="alpha"), PREFIXES])
+    def serve(sentences, beam_size=tf.constant(module.beam_size),
+              alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string)):
+        ids, empty = source_ids(module, sentences)
+        best, scores = search_ids(module.model, ids, beam_size, alpha, module.max_input_length,
+                                  module.max_rows, prefix_ids(module, prefixes, sentences))
+        translations = module.tokenizer.detokenize_dense(best)
+        return {"translations": tf.where(empty, "", translations), "scores": scores}
+
+    return serve
+
+
+def translate_nbest(module):
+    @tf.function(input_signature=[
+        SENTENCES, tf.TensorSpec([], tf.int32, name="beam_size"),
+        tf.TensorSpec([], tf.float32, name="alpha"),
+        tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES])
+    def nbest(sentences, beam_size=tf.constant(module.beam_size),
+              alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
+              prefixes=tf.constant(NO_PREFIXES, tf.string)):
+        ids, empty = source_ids(module, sentences)
+        hypotheses, scores = nbest_ids(
+            module.model, ids, beam_size, alpha, num_hypotheses, module.max_input_length,
+            module.max_rows, prefix_ids(module, prefixes, sentences))
+        return {"translations": detokenize(module, hypotheses), "scores": scores}
+
+    return nbest
+
+
+def sample(module):
+    @tf.function(input_signature=[
+        SENTENCES, tf.TensorSpec([], tf.int32, name="num_samples"),
+        tf.TensorSpec([], tf.int32, name="top_k"), tf.TensorSpec([], tf.float32, name="top_p"),
+        tf.TensorSpec([], tf.float32, name="temperature"),
+        tf.TensorSpec([], tf.int32, name="seed"), PREFIXES])
+    def sample_fn(sentences, num_samples=tf.constant(1), top_k=tf.constant(0),
+                  top_p=tf.constant(1.0), temperature=tf.constant(1.0), seed=tf.constant(0),
+                  prefixes=tf.constant(NO_PREFIXES, tf.string)):
+        ids, _ = source_ids(module, sentences)
+        samples, scores = sample_ids(
+            module.model, ids, num_samples, top_k, top_p, temperature, seed,
+            module.max_input_length, module.max_rows, prefix_ids(module, prefixes, sentences))
+        return {"translations": detokenize(module, samples), "scores": scores}
+
+    return sample_fn
+
+
+def score(module):
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
+                                  tf.TensorSpec([None], tf.string, name="targets")])
+    def score_fn(sources, targets):
+        ids, _ = source_ids(module, sources)
+        target_ids = _with_eos(module.tokenizer.tokenize(normalize_text(targets)))
+        return score_target_ids(module.model, ids, target_ids, module.max_input_length,
+                                module.max_input_length + TRANSLATION.extra_length,
+                                module.max_rows)
+
+    return score_fn
