@@ -146,10 +146,20 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
         num_hypotheses, source_ids)
     prefix = check_prefix(prefix, sentences)
     ids, empty = prepare_ids(source_ids, max_input_length)
-    step_fn, state, limits, max_length = prefixed_step(model, ids, beam_size, False, prefix)
-    result = beam_search(step_fn, state, limits, beam_size, alpha, max_length, prefix=prefix)
-    best = result["ids"][:, :num_hypotheses]
-    return empty_rows_to_eos_nbest(best, result["scores"][:, :num_hypotheses], empty)
+
+    def search(prefix):
+        step_fn, state, limits, max_length = prefixed_step(model, ids, beam_size, False, prefix)
+        result = beam_search(step_fn, state, limits, beam_size, alpha, max_length,
+                             prefix=prefix)
+        return result["ids"], result["scores"]
+
+    if prefix is None:
+        hypotheses, scores = search(None)
+    else:  # a request without prefixes runs the search without their per-step masking
+        hypotheses, scores = tf.cond(tf.reduce_any(tf.not_equal(prefix, PAD_ID)),
+                                     lambda: search(prefix), lambda: search(None))
+    return empty_rows_to_eos_nbest(hypotheses[:, :num_hypotheses],
+                                   scores[:, :num_hypotheses], empty)
 
 
 def sample_ids(model, source_ids, num_samples, top_k, top_p, temperature, seed,
