@@ -77,6 +77,7 @@ class FolderLock:
             return {}
 
     def acquire(self):
+        created = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         key = os.path.realpath(self.path)
         if key in _HELD:  # this process holds it already
@@ -108,7 +109,9 @@ class FolderLock:
             file.flush()
         except OSError:  # a full disk: the lock holds all the same, unnamed
             pass
-        _HELD[key] = [file, 1]
+        # A folder made here for nothing else (a command refused before writing) is removed
+        # again on release, lock file included, so that a refusal leaves nothing behind.
+        _HELD[key] = [file, 1, created and not self.wait]
         self._key = key
         return self
 
@@ -119,8 +122,16 @@ class FolderLock:
         held[1] -= 1
         if held[1] == 0:
             del _HELD[self._key]
+            unused = held[2] and [p.name for p in self.directory.iterdir()] == [LOCK_FILE]
+            if unused:
+                self.path.unlink(missing_ok=True)
             fcntl.flock(held[0], fcntl.LOCK_UN)
             held[0].close()
+            if unused:
+                try:
+                    self.directory.rmdir()
+                except OSError:  # another process put something there meanwhile
+                    pass
         self._key = None
 
     def __enter__(self):

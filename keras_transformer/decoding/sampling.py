@@ -19,26 +19,10 @@ log-probabilities of the tokens drawn (not the narrowed distribution's).
 import keras
 from keras import ops
 
+from keras_transformer.decoding.options import check_sampling  # noqa: F401  (re-exported)
 from keras_transformer.decoding.search import (
     EXTRA_LENGTH, NEG_INF, compile_search, dynamic_shapes, greedy_search, prefixed_step,
     tile_beams, trim)
-
-
-def check_sampling(num_samples=1, top_k=0, top_p=1.0, temperature=1.0, seed=0):
-    """Raises ValueError naming a sampling option outside its range (Python values)."""
-    problems = []
-    if not isinstance(num_samples, int) or num_samples < 1:
-        problems.append(f"num_samples={num_samples!r} must be an integer of at least 1")
-    if not isinstance(top_k, int) or top_k < 0:
-        problems.append(f"top_k={top_k!r} must be an integer >= 0 (0: no top-k cut)")
-    if not 0.0 < top_p <= 1.0:
-        problems.append(f"top_p={top_p!r} must be in (0, 1] (1: no nucleus cut)")
-    if not temperature > 0.0:
-        problems.append(f"temperature={temperature!r} must be > 0")
-    if not isinstance(seed, int) or not 0 <= seed < 2 ** 31:
-        problems.append(f"seed={seed!r} must be an integer in [0, 2**31)")
-    if problems:
-        raise ValueError("; ".join(problems) + ".")
 
 
 class RandomSampler:

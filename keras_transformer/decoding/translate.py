@@ -19,12 +19,13 @@ import numpy as np
 
 from keras_transformer.decoding.beam_search import compiled_beam_search
 from keras_transformer.decoding.precision import cast_model, copy_weights, resolve_precision
-from keras_transformer.decoding.sampling import check_sampling, compiled_sample_search
+from keras_transformer.decoding.options import (
+    check_prefixes, check_sampling, check_search_options, check_targets)
+from keras_transformer.decoding.sampling import compiled_sample_search
 from keras_transformer.decoding.scoring import compiled_scorer
 from keras_transformer.decoding.search import (
     XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
-from keras_transformer.errors import InputError
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
 from pipelines.vocabulary import Vocabulary, normalize_whitespace
@@ -66,12 +67,7 @@ class Translator:
                  alpha=TRANSLATION.alpha, max_input_length=MAX_LENGTH,
                  batch_size=TRANSLATION.batch_size, extra_length=TRANSLATION.extra_length,
                  jit_compile=False, precision="auto"):
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise InputError(f"beam_size={beam_size!r} must be an integer of at least 1.")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size={batch_size!r} must be an integer of at least 1.")
-        if not alpha >= 0:  # NaN too
-            raise InputError(f"alpha={alpha!r} must be at least 0.")
+        check_search_options(beam_size, batch_size, alpha)
         self.precision, self.precision_reason = resolve_precision(precision)
         self.source_model, self.tokenizer = model, tokenizer
         self.model = cast_model(model, self.precision)
@@ -162,10 +158,7 @@ class Translator:
         top_p of the probability (1: all), at `temperature`. The same seed gives the same
         samples for the same sentences and batch size on one backend
         (`decoding.sampling`). Empty inputs give [("", 0.0)]."""
-        try:
-            check_sampling(num_samples, top_k, top_p, temperature, seed)
-        except ValueError as error:
-            raise InputError(str(error)) from None
+        check_sampling(num_samples, top_k, top_p, temperature, seed)
         prefix_ids = self._prefix_ids(sentences, prefixes)
         with_prefix = prefix_ids is not None
         key = ("sample", num_samples, top_k, float(top_p), float(temperature), with_prefix)
@@ -185,9 +178,7 @@ class Translator:
         """log P(target | source) of each pair: a list of dicts {"log_prob": natural-log
         total, "tokens": subword tokens of the target with its EOS, "mean": log_prob /
         tokens}, in the order given, batched by length."""
-        if len(sources) != len(targets):
-            raise InputError(f"score needs one target per source: {len(sources)} sources, "
-                             f"{len(targets)} targets.")
+        check_targets(sources, targets)
         scorer = self._compiled_once("score", lambda: compiled_scorer(self.model,
                                                                       self.jit_compile))
         sources = [normalize_whitespace(s.rstrip("\n")) for s in sources]
@@ -208,11 +199,9 @@ class Translator:
 
     def _prefix_ids(self, sentences, prefixes):
         """The prefixes' id lists (None when no sentence has one)."""
+        check_prefixes(sentences, prefixes)
         if prefixes is None:
             return None
-        if len(prefixes) != len(sentences):
-            raise InputError(f"prefixes must give one string per sentence: {len(sentences)} "
-                             f"sentences, {len(prefixes)} prefixes.")
         if not any(p and p.strip() for p in prefixes):
             return None
         return self.encode_targets([p or "" for p in prefixes])

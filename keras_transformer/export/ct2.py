@@ -29,7 +29,8 @@ import time
 
 import numpy as np
 
-from keras_transformer.decoding.sampling import check_sampling
+from keras_transformer.decoding.options import (
+    check_prefixes, check_sampling, check_search_options, check_targets)
 from keras_transformer.defaults import MAX_LENGTH, PARSING, TRANSLATION
 from keras_transformer.errors import InputError
 from keras_transformer.export.graph import ExportError
@@ -243,12 +244,7 @@ class CTranslate2Translator:
         self.ctranslate2 = require_ctranslate2()
         import sentencepiece as spm
 
-        if not isinstance(beam_size, int) or beam_size < 1:
-            raise InputError(f"beam_size={beam_size!r} must be an integer of at least 1.")
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise InputError(f"batch_size={batch_size!r} must be an integer of at least 1.")
-        if not alpha >= 0:  # NaN too
-            raise InputError(f"alpha={alpha!r} must be at least 0.")
+        check_search_options(beam_size, batch_size, alpha)
         self.model_dir = pathlib.Path(model_dir)
         metadata_path = self.model_dir / METADATA
         if not metadata_path.is_file():
@@ -327,10 +323,7 @@ class CTranslate2Translator:
         sampling_temperature) with its random generator seeded with `seed` (the same seed
         gives the same samples here; not ours). The scores are score_batch's, EOS included,
         as ours."""
-        try:
-            check_sampling(num_samples, top_k, top_p, temperature, seed)
-        except ValueError as error:
-            raise InputError(str(error)) from None
+        check_sampling(num_samples, top_k, top_p, temperature, seed)
         # CTranslate2 seeds a worker thread's generator when the thread starts: a fresh
         # translator after set_random_seed (cheap: the weights are mapped again).
         self.ctranslate2.set_random_seed(seed)
@@ -367,20 +360,16 @@ class CTranslate2Translator:
         return sources, results
 
     def _prefix_pieces(self, sentences, prefixes):
+        check_prefixes(sentences, prefixes)
         if prefixes is None:
             return None
-        if len(prefixes) != len(sentences):
-            raise InputError(f"prefixes must give one string per sentence: {len(sentences)} "
-                             f"sentences, {len(prefixes)} prefixes.")
         pieces = self.encode_targets([p or "" for p in prefixes])
         return pieces if any(pieces) else None
 
     def score(self, sources, targets, progress=None):
         """As `Translator.score`: [{"log_prob", "tokens", "mean"}] per pair, from CTranslate2's
         score_batch (natural-log probabilities of the target's tokens and its EOS)."""
-        if len(sources) != len(targets):
-            raise InputError(f"score needs one target per source: {len(sources)} sources, "
-                             f"{len(targets)} targets.")
+        check_targets(sources, targets)
         sources = self.encode([normalize_whitespace(s.rstrip("\n")) for s in sources])
         results = []
         for per_token in self.score_pieces(sources, self.encode_targets(targets)):

@@ -5,7 +5,6 @@ import hashlib
 import json
 import os
 import pathlib
-import random
 
 import keras
 import numpy as np
@@ -19,23 +18,15 @@ from keras_transformer.training import train
 from keras_transformer.training.callbacks import Validation
 from keras_transformer.training.inputs import dev_data
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
-from tests.training_helpers import WORDS
+from tests.training_helpers import write_corpus
 
 
 @pytest.fixture(scope="session")
 def new_corpus(tmp_path_factory):
     """Other data for the same vocabulary: the target is the source in upper case, in the
     source's order (the parent learned to reverse it)."""
-    rng = random.Random(1)
-    folder = tmp_path_factory.mktemp("new-corpus")
-    src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(300)]
-    tgt = [s.upper() for s in src]
-    paths = {}
-    for name, lines in (("train.src", src[:-40]), ("train.tgt", tgt[:-40]),
-                        ("dev.src", src[-40:]), ("dev.tgt", tgt[-40:])):
-        paths[name] = folder / name
-        paths[name].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return paths
+    return write_corpus(tmp_path_factory.mktemp("new-corpus"), pairs=300, seed=1,
+                        target=str.upper)
 
 
 def child_config(parent, corpus, output_dir, dev=None, **overrides):
