@@ -130,6 +130,7 @@ def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
     assert len(error) == 1 and "keras-transformer[ctranslate2]" in error[0], result.stderr
 
 
+@pytest.mark.slow
 def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, capsys):
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.errors import InputError

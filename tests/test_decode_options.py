@@ -66,6 +66,7 @@ def test_translate_with_prefixes_starts_each_output_with_its_prefix(tiny_run, tm
     assert [lines[1], lines[3]] == [unprefixed[1], unprefixed[3]]  # no prefix: as before
 
 
+@pytest.mark.slow
 def test_samples_are_listed_per_line_and_repeat_with_the_seed(tiny_run, tmp_path):
     flags = ["translate", "--run-dir", str(tiny_run), "--precision", "float32", "--input",
              write(tmp_path / "in.txt", ["a dog runs", "", "the cat"]), "--sample",

@@ -1,5 +1,6 @@
 """Target prefixes, sampling, n-best and scoring on the search core (TensorFlow; the JAX
-agreement is in test_search_jax.py)."""
+agreement is in test_search_jax.py). `make test-fast` keeps the cheapest of each kind: the
+rules of top-k/top-p, top_k=1 = greedy, a prefix of greedy's own output."""
 
 import numpy as np
 import pytest
@@ -33,6 +34,7 @@ def prefix_of(ids, k):
     return out
 
 
+@pytest.mark.slow
 def test_an_empty_prefix_gives_the_unconstrained_output(model):
     src = sources(seed=3)
     empty = np.zeros((len(src), 1), np.int32)
@@ -45,7 +47,7 @@ def test_an_empty_prefix_gives_the_unconstrained_output(model):
     np.testing.assert_array_equal(greedy[0], greedy_forced[0])
 
 
-@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("k", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_a_prefix_of_greedys_output_gives_it_back(model, k):
     src = sources(seed=4)
     greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
@@ -54,6 +56,7 @@ def test_a_prefix_of_greedys_output_gives_it_back(model, k):
     np.testing.assert_allclose(scores, greedy_scores, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_prefix_of_the_beams_best_gives_it_back_on_a_trained_model(tiny_run):
     # Beam search is not exact: forced into one first token, it explores more of that token's
     # subtree and may find a better hypothesis than the free search did (it does on an
@@ -72,6 +75,7 @@ def test_a_prefix_of_the_beams_best_gives_it_back_on_a_trained_model(tiny_run):
         np.testing.assert_allclose(forced["scores"][:, 0], free["scores"][:, 0], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_outputs_start_with_their_prefix_and_its_score_counts(model):
     src = sources(seed=5)
     prefix = np.array([[7, 8, 9, 10, 11], [12, 0, 0, 0, 0], [0, 0, 0, 0, 0]], np.int32)
@@ -85,6 +89,7 @@ def test_outputs_start_with_their_prefix_and_its_score_counts(model):
     np.testing.assert_allclose(scored["log_prob"], result["log_probs"][:, 0], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_the_beams_best_scores_as_its_search_score_without_length_penalty(model):
     src = sources(seed=6)
     result = compiled_beam_search(model, 4, 1.0)(src)
@@ -105,6 +110,7 @@ def test_sampling_with_top_k_1_equals_greedy(model):
         np.testing.assert_allclose(sampled["scores"][:, j], greedy_scores, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_samples_and_another_seed_others(model):
     src = sources(seed=8)
     sample = compiled_sample_search(model, num_samples=4, temperature=1.5)
@@ -132,6 +138,7 @@ def test_top_k_and_top_p_keep_only_the_allowed_tokens():
         assert drawn == allowed, (sampler.__dict__, drawn)
 
 
+@pytest.mark.slow
 def test_translator_prefixes_samples_and_scores(tiny_run):
     translator = Translator.from_run(tiny_run, beam_size=2, precision="float32")
     sentences = ["A man is sleeping .", "", "Two dogs play in the snow ."]
