@@ -234,12 +234,15 @@ def prefix_forcing(prefix):
     row i's token at step index is its prefix's, and which."""
     if prefix is None:
         return None
+    # A column of padding at the end: a prefix of width 0 (every row empty) still has a
+    # column to read, and past a row's prefix the read is padding.
     prefix = ops.cast(prefix, "int32")
+    prefix = ops.concatenate([prefix, ops.zeros((ops.shape(prefix)[0], 1), "int32")], axis=1)
     lengths = prefix_lengths(prefix)
     width = ops.shape(prefix)[1]
 
     def forced_token(index):
-        column = ops.minimum(index, ops.maximum(width - 1, 0))
+        column = ops.minimum(index, width - 1)
         token = ops.take(prefix, ops.expand_dims(column, 0), axis=1)[:, 0]
         return index < lengths, token
 
