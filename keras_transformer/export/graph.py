@@ -241,18 +241,15 @@ def xla_search_ids(model, beam_size, max_input_length, width_step=XLA_WIDTH_STEP
 
 def empty_rows_to_eos(best, scores, empty):
     """Empty inputs translate to just EOS with score 0; columns of padding trimmed."""
-    # At least one column, so that every row can end with EOS.
-    best = tf.pad(best, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(best)[1])]])
-    eos_only = tf.equal(tf.range(tf.shape(best)[1]), 0)
-    best = tf.where(empty[:, None], tf.where(eos_only, EOS_ID, PAD_ID)[None, :], best)
-    return trim(best), tf.where(empty, 0.0, scores)
+    ids, scores = empty_rows_to_eos_nbest(best[:, None, :], scores[:, None], empty)
+    return ids[:, 0, :], scores[:, 0]
 
 
 def empty_rows_to_eos_nbest(ids, scores, empty):
     """`empty_rows_to_eos` for (N, H, T) hypotheses: an empty row's first is EOS with score 0,
     its others hold no tokens with score NEG_INF."""
     shape = tf.shape(ids)
-    width = tf.maximum(shape[2], 1)
+    width = tf.maximum(shape[2], 1)  # at least one column, so that every row can end with EOS
     ids = tf.pad(ids, [[0, 0], [0, 0], [0, width - shape[2]]])
     first = tf.equal(tf.range(shape[1]), 0)[None, :]  # (1, H)
     eos_only = tf.equal(tf.range(width), 0)[None, None, :]

@@ -13,10 +13,10 @@ import types
 import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import beam_search
-from keras_transformer.decoding.search import greedy_search, model_step
+from keras_transformer.decoding.search import greedy_search, model_step, trim
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
 from keras_transformer.export.graph import (
-    ExportError, empty_rows_to_eos, empty_rows_to_eos_nbest, prepare_ids)
+    ExportError, empty_rows_to_eos_nbest, prepare_ids)
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes
 from pipelines.files import no_space, no_space_error
 
@@ -53,11 +53,10 @@ class TFLiteTranslator(tf.Module):
         else:
             step_fn, state, limits, max_length = model_step(model, ids, self.beam_size)
             result = beam_search(step_fn, state, limits, self.beam_size, self.alpha, max_length)
-            best, scores = result["ids"][:, 0, :], result["scores"][:, 0]
             nbest, nbest_scores = result["ids"], result["scores"]
-        best, scores = empty_rows_to_eos(best, scores, empty)
         nbest, nbest_scores = empty_rows_to_eos_nbest(nbest, nbest_scores, empty)
-        return {"ids": best, "score": scores, "nbest_ids": nbest, "nbest_scores": nbest_scores}
+        return {"ids": trim(nbest[:, 0, :]), "score": nbest_scores[:, 0], "nbest_ids": nbest,
+                "nbest_scores": nbest_scores}
 
     def track_variables(self):
         self.model_variables = list(self.translate.get_concrete_function().variables)
