@@ -46,20 +46,22 @@ def add_precision_flag(parser):
                         "most sentences) and float32 elsewhere; the exports stay float32")
 
 
-def add_engine_flags(parser):
+def add_engine_flags(parser, search=True):
+    """--engine and --ctranslate2-model [and --xla, for the commands that search]."""
+    engine_help = ("tensorflow: the run's Keras model (default); ctranslate2: the run's "
+                   "CTranslate2 export (keras-transformer export --format ctranslate2)")
+    if search:
+        engine_help += ", whose --alpha divides scores by length^alpha instead of the GNMT penalty"
     parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
-                        help="tensorflow: our search on the run's Keras model (default); "
-                        "ctranslate2: the run's CTranslate2 export (keras-transformer export "
-                        "--format ctranslate2), whose --alpha divides scores by length^alpha "
-                        "instead of the GNMT penalty")
-    parser.add_argument("--xla", action="store_true",
-                        help="tensorflow engine: compile the search with XLA (1.3-1.4x faster "
-                        "per batch on CPU, after a compilation of seconds for each batch "
-                        "shape; worth it for large inputs)")
+                        help=engine_help)
+    if search:
+        parser.add_argument("--xla", action="store_true",
+                            help="tensorflow engine: compile the search with XLA (1.3-1.4x "
+                            "faster per batch on CPU, after a compilation of seconds for each "
+                            "batch shape; worth it for large inputs)")
     parser.add_argument("--ctranslate2-model", help="CTranslate2 export folder for --engine "
                         f"ctranslate2 (default {EXPORT_DIR}/RUN_NAME/ctranslate2; e.g. "
                         f"{EXPORT_DIR}/RUN_NAME/ctranslate2-int8 for the int8 one)")
-
 
 def add_io_flags(parser):
     parser.add_argument("--input", help="input file (default: standard input)")

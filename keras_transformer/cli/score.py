@@ -9,7 +9,7 @@ The pairs are read and scored a window at a time and the output is resumable, as
 
 import sys
 
-from keras_transformer.cli.flags import add_precision_flag, add_run_flags
+from keras_transformer.cli.flags import add_engine_flags, add_precision_flag, add_run_flags
 
 EXPLAINED = ("For each pair it prints the target's total log-probability under the model "
              "(natural log: a sum over the target's tokens of log p(token | source, the tokens "
@@ -76,9 +76,5 @@ def register(commands):
     parser.add_argument("--batch-size", type=int, default=TRANSLATION.batch_size,
                         help=f"pairs per batch ({TRANSLATION.batch_size})")
     add_precision_flag(parser)
-    parser.add_argument("--engine", default="tensorflow", choices=("tensorflow", "ctranslate2"),
-                        help="tensorflow: the run's Keras model (default); ctranslate2: the "
-                        "run's CTranslate2 export")
-    parser.add_argument("--ctranslate2-model", help="CTranslate2 export folder for --engine "
-                        "ctranslate2 (default: as translate's)")
+    add_engine_flags(parser, search=False)
     parser.set_defaults(run=score, beam=None, alpha=None, xla=False)

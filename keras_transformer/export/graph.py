@@ -4,8 +4,9 @@ batch of 0 sentences gives 0 results), written with core TensorFlow ops only.
 
 A request is checked before anything is searched: each option in its range (a NaN fails every
 check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples)
-or 16 x max_rows target positions scored, since memory grows with rows x length. A failed check is an
-InvalidArgument error naming the input and its value; the server goes on with the next request.
+or 16 x max_rows target positions scored, since memory grows with rows x length. A failed
+check is an InvalidArgument error naming the input and its value; the server goes on with the
+next request.
 """
 
 import tensorflow as tf
