@@ -85,6 +85,17 @@ def test_a_real_vocabulary_counts_the_words_of_the_text():
     assert any(len(ids) > len(t.split()) + 1 for ids, t in zip(rows, text))  # multi-piece words
     _, words = alignment.word_index(alignment.padded(rows), table)
     assert np.asarray(words).tolist() == [len(t.split()) for t in text]
+    # Texts in, one Pharaoh line per pair out: a link per target word; empty sides give "".
+    keras.utils.set_random_seed(3)
+    model = Transformer(vocab_size=vocabulary.vocab_size, num_layers=1, d_model=16,
+                        num_heads=2, d_ff=32)
+    found = align_texts(model, vocabulary, text + ["", "a cat"], text[::-1] + ["dog", ""])
+    for line, target in zip(found, text[::-1]):
+        sure, _ = parse_pharaoh(line)
+        assert sorted(t for _, t in sure) == list(range(len(target.split())))
+    assert found[-2:] == ["", ""]
+    with pytest.raises(InputError, match="2 sources and 1 targets"):
+        align_texts(model, vocabulary, ["a", "b"], ["c"])
 
 
 def test_word_links_sum_a_words_pieces_and_pick_the_best_source_word():
@@ -118,8 +129,8 @@ def tiny_model(seed):
     return model
 
 
-def test_the_graph_gives_the_strings_python_gives():
-    model, table = tiny_model(1), starts_word_table(PIECES)
+def random_pairs():
+    """Id rows with padding, EOS and an empty sentence (row 4), for the tiny model."""
     rng = np.random.RandomState(0)
     source = rng.randint(3, len(PIECES), (6, 7)).astype(np.int32)
     target = rng.randint(3, len(PIECES), (6, 5)).astype(np.int32)
@@ -128,15 +139,36 @@ def test_the_graph_gives_the_strings_python_gives():
     source[2, 2] = target[3, 1] = EOS_ID
     source[4, 0], target[4, 0] = EOS_ID, EOS_ID  # empty source and target
     source[4, 1:], target[4, 1:] = PAD_ID, PAD_ID
-    expected = pharaoh_lines(align_ids(model, source, target, table))
+    return source, target
+
+
+IDS = tf.TensorSpec([None, None], tf.int32)
+
+
+def test_the_graph_gives_the_strings_python_gives():
+    model, table = tiny_model(1), starts_word_table(PIECES)
+    source, target = random_pairs()
+    attention = np.asarray(cross_attention(model, source, target))
+    expected = pharaoh_lines(word_links(attention, source, target, table))
     assert expected[4] == "" and all(expected[i] for i in (0, 1, 2, 3, 5))
 
-    ids = tf.TensorSpec([None, None], tf.int32)
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None], tf.float32), IDS, IDS])
+    def alignments(weights, source_ids, target_ids):
+        return pharaoh_graph(word_links(weights, source_ids, target_ids, table))
 
-    @tf.function(input_signature=[ids, ids])
+    assert [s.decode() for s in alignments(attention, source, target).numpy()] == expected
+
+
+@pytest.mark.slow  # tracing the model into a graph takes seconds
+def test_the_whole_alignment_runs_in_a_graph():
+    model, table = tiny_model(1), starts_word_table(PIECES)
+    source, target = random_pairs()
+
+    @tf.function(input_signature=[IDS, IDS])
     def alignments(source_ids, target_ids):
         return pharaoh_graph(align_ids(model, source_ids, target_ids, table))
 
+    expected = pharaoh_lines(align_ids(model, source, target, table))
     assert [s.decode() for s in alignments(source, target).numpy()] == expected
 
 

@@ -5,6 +5,7 @@
     translate.py     Translator: batching, tokenization, truncation, n-best
     precision.py     float32 or bfloat16 (where the CPU has bf16 units): the choice, the cast
     choice.py        what a command decodes a run with, said in one line
+    alignment.py     word alignments from the cross-attention (Pharaoh format), and AER
 """
 
 from keras_transformer.decoding.translate import Translator  # noqa: F401
