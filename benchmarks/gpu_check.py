@@ -12,7 +12,8 @@ part that fails or overruns leaves the others' figures:
 
     a  benchmarks/gpu.py: the training step of the paper's base and big models in bf16 (ours,
        torch.compile's nn.Transformer, KerasHub's layers) with MFU against the bf16 matmul peak
-       of the same run, then ours on base with the plain attention (what the fused kernel gives)
+       of the same run, then ours on base with the plain attention (what the fused kernel gives;
+       --attention sets ours everywhere else, e.g. plain if the fused kernel fails)
     b  the quick recipe (`keras-transformer demo`'s: tasks/main_job.py QUICK) trained under JAX
        from the kit's prepared data; weights and length penalty chosen on val as the demo does;
        test2016 sacreBLEU and literature BLEU
@@ -127,6 +128,7 @@ def run_part(part, args, results):
                ",".join(f"{name}={seconds}" for name, seconds in args.limits.items())]
     if args.tiny:
         command.append("--tiny")
+    command += ["--attention", args.attention]
     limit = args.limits[part]
     started = time.monotonic()
     log_path = pathlib.Path(args.out) / f"{part}.log"
@@ -193,10 +195,11 @@ def part_a(args):
     plain attention on base."""
     common = ["--dtypes", "bf16", "--no-search"]
     if args.tiny:
-        calls = [["--tiny", "--engines", "ours", "--steps", "2", "--warmup", "1"]]
+        calls = [["--tiny", "--engines", "ours", "--steps", "2", "--warmup", "1",
+                  "--attention", args.attention]]
     else:
         calls = [["--shapes", "base,big", "--engines", "torch,ours,keras-hub", "--steps", "10",
-                  "--warmup", "2"],
+                  "--warmup", "2", "--attention", args.attention],
                  ["--shapes", "base", "--engines", "ours", "--steps", "10", "--warmup", "2",
                   "--attention", "plain"]]
     code = 0
@@ -323,6 +326,9 @@ def child(args):
     block_tensorflow()
     sys.path[:0] = [str(ROOT)]
     args.work.mkdir(parents=True, exist_ok=True)
+    from keras_transformer.layers.attention import set_attention_implementation
+
+    set_attention_implementation(args.attention)
     return {"a": part_a, "b": part_b, "c": part_c}[args.run_part](args)
 
 
@@ -352,6 +358,9 @@ def parse_args(argv):
     parser.add_argument("--limits", type=parse_limits, default={},
                         help="seconds per part, e.g. a=170,b=150,c=230 (the defaults; "
                              f"{TINY_LIMIT} each with --tiny)")
+    parser.add_argument("--attention", choices=["auto", "plain", "fused"], default="auto",
+                        help="our attention in every part (auto: the fused kernel where it "
+                             "serves; plain: einsum and softmax, e.g. if the fused one fails)")
     parser.add_argument("--tiny", action="store_true",
                         help="tiny models, shapes and steps: the whole check on a CPU")
     parser.add_argument("--run-part", choices=list(PARTS), help=argparse.SUPPRESS)

@@ -60,15 +60,21 @@ def download_wheels(folder):
 
 
 def prepare(args, source_dir):
-    """The prepared training data of the raw Multi30k files in `source_dir` (TensorFlow reads
-    them through the Multi30k tfds builder, kept in `args.data_dir`), from the data cache when
-    it holds them."""
+    """The prepared training data of the raw Multi30k files in `source_dir`, as the demo's
+    recipe prepares it (its vocabulary seed and shards: the same cache entry), with the kit's
+    vocabulary size and maximum length. TensorFlow reads the files through the Multi30k tfds
+    builder, kept in `args.data_dir`; the data cache answers when it holds them."""
+    from keras_transformer.runs import make_config
+    from keras_transformer.tasks.main_job import QUICK
     from pipelines import datasets
 
-    return datasets.prepare_training_data(
-        "multi30k", args.src_lang, args.tgt_lang, cache_dir=args.data_cache,
-        vocab_size=args.vocab_size, max_length=args.max_length, source_dir=str(source_dir),
-        data_dir=args.data_dir, progress=False)
+    config = make_config(None, origin="recipe", **{
+        **QUICK, "src_lang": args.src_lang, "tgt_lang": args.tgt_lang,
+        "vocab_size": args.vocab_size, "max_length": args.max_length,
+        "source_dir": str(source_dir), "data_dir": args.data_dir,
+        "data_cache": args.data_cache})
+    return datasets.prepare_training_data(config.dataset, **config.prepared_data_arguments(),
+                                          progress=False)
 
 
 def copy_prepared(data, folder):
