@@ -2,8 +2,7 @@
 top-p (nucleus) and a temperature, as used for back-translation and diverse outputs.
 
 Sampling shares greedy search's loop (`search.pick_search`): only how the next token is
-picked differs. `translate_sample` is this mode's one body on a model; `Translator` (through
-`compiled_sample_search`) and the SavedModel's `sample` signature run it. `RandomSampler` is that rule. It draws with the Gumbel-max trick,
+picked differs. `RandomSampler` is that rule. It draws with the Gumbel-max trick,
 
     token = argmax(log p'(y) + g),   g = -log(-log(u)),   u ~ Uniform(0, 1) per row and token
 
@@ -15,6 +14,9 @@ The noise is stateless: step `index` of a search seeded with `seed` draws from t
 (seed, index), so the same seed gives the same samples for the same inputs and batch on one
 backend (TensorFlow's and JAX's generators differ). The scores returned are the model's own
 log-probabilities of the tokens drawn (not the narrowed distribution's).
+
+`translate_sample` is this mode's one body on a model; `Translator` (through
+`compiled_sample_search`) and the SavedModel's `sample` signature run it.
 """
 
 import keras
