@@ -14,9 +14,12 @@ code runs on the JAX backend. (The writer uses TensorFlow's file layer where Ten
 installed and its own otherwise.) Where the `tensorboard` package is missing the run says so
 once and trains without events.
 
-A resumed run writes a SessionLog START at the step after the checkpoint it resumed from:
-TensorBoard then drops the points the interrupted process wrote after that checkpoint (it
-trained those steps again), so each step appears once.
+Each training process writes a SessionLog START at the step after the one it starts from.
+TensorBoard takes a run's first START as its beginning and every later one as a restart: it
+drops the points an earlier process wrote at that step or later, which a resumed run trains
+again from its checkpoint, so each step appears once (TensorBoard's own rule for restarts).
+The config is written by each process at its start step (a resumed run may have changed
+some settings).
 """
 
 import logging
@@ -60,7 +63,8 @@ class _Writer:
         self._add(step, summary=self._text_pb(tag, text))
 
     def restart(self, step):
-        """Marks a restart at `step`: TensorBoard drops earlier points at `step` and later."""
+        """Marks a (re)start at `step`: TensorBoard drops the points written before it at
+        `step` and later (all but the first such mark of a run)."""
         self._add(step, session_log=self._event_pb2.SessionLog(
             status=self._event_pb2.SessionLog.START))
 
@@ -99,14 +103,13 @@ class TensorBoardLog(keras.callbacks.Callback):
         config_text: the effective config, written once at the start (or None).
         validation: the run's `Validation` callback (or None): its passes go to dev.
         dev_bleu: the run's `DevBleu` callback (or None): its history goes to dev.
-        resumed: the run resumed from a checkpoint (its step is the start step).
     """
 
     def __init__(self, logs_dir, step_fn, log_steps, tokens=None, config_text=None,
-                 validation=None, dev_bleu=None, resumed=False):
+                 validation=None, dev_bleu=None):
         super().__init__()
         self.logs_dir, self.step_fn, self.log_steps = logs_dir, step_fn, log_steps
-        self.tokens, self.config_text, self.resumed = tokens, config_text, resumed
+        self.tokens, self.config_text = tokens, config_text
         self.validation, self.dev_bleu = validation, dev_bleu
         self.writers = {}
 
@@ -119,9 +122,8 @@ class TensorBoardLog(keras.callbacks.Callback):
         self.writers = {split: _Writer(self.logs_dir(split), parts)
                         for split in ("train", "dev")}
         start = self.step_fn()
-        if self.resumed:
-            for writer in self.writers.values():
-                writer.restart(start + 1)
+        for writer in self.writers.values():  # a restart, if an earlier process wrote here
+            writer.restart(start + 1)
         if self.config_text:
             # Markdown: indented, so that TensorBoard keeps the lines as they are.
             self.writers["train"].text(start, "config", "\n".join(

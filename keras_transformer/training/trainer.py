@@ -155,7 +155,7 @@ def _train(config, held):
     if on_signal:
         callbacks.append(on_signal)
     if chief:  # after Validation and DevBleu: it writes their figures
-        callbacks.append(tensorboard_log(run, config, step_fn, counter, callbacks, restored))
+        callbacks.append(tensorboard_log(run, config, step_fn, counter, callbacks))
     if chief and config.verbose >= 1:  # steps of the run, not Keras' epochs of eval_steps
         callbacks.append(Progress(step_fn, config.train_steps, counter.count))
 
@@ -203,15 +203,14 @@ def _train(config, held):
     return summary
 
 
-def tensorboard_log(run, config, step_fn, counter, callbacks, restored):
+def tensorboard_log(run, config, step_fn, counter, callbacks):
     """The run's TensorBoard events (training/tensorboard.py), with the dev figures of the
     `Validation` and `DevBleu` callbacks among `callbacks`."""
     def find(kind):
         return next((c for c in callbacks if isinstance(c, kind)), None)
 
     return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
-                          config.describe(), find(Validation), find(DevBleu),
-                          resumed=bool(restored))
+                          config.describe(), find(Validation), find(DevBleu))
 
 
 def _step_counter(model, optimizer):
