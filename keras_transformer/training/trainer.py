@@ -31,6 +31,7 @@ from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import paper_optimizer
 from keras_transformer.training.preemption import CheckpointOnSignal
 from keras_transformer.training.strategy import is_chief, make_strategy, task_id
+from keras_transformer.training.tensorboard import TensorBoardLog
 from pipelines.errors import DataError
 from pipelines.prepared import describe
 
@@ -153,9 +154,8 @@ def _train(config, held):
                  if config.checkpoint_on_signal and not multiworker else None)
     if on_signal:
         callbacks.append(on_signal)
-    if on_tensorflow():  # TensorBoard's summaries are TensorFlow's
-        callbacks.append(keras.callbacks.TensorBoard(
-            str(run.logs_dir("train" if chief else "worker")), update_freq=50))
+    if chief:  # after Validation and DevBleu: it writes their figures
+        callbacks.append(tensorboard_log(run, config, step_fn, counter, callbacks))
     if chief and config.verbose >= 1:  # steps of the run, not Keras' epochs of eval_steps
         callbacks.append(Progress(step_fn, config.train_steps, counter.count))
 
@@ -201,6 +201,16 @@ def _train(config, held):
           + (f"; dev loss {summary['val_loss']:.3f}, perplexity {summary['val_perplexity']:.2f}"
              if "val_loss" in summary else ""), flush=True)
     return summary
+
+
+def tensorboard_log(run, config, step_fn, counter, callbacks):
+    """The run's TensorBoard events (training/tensorboard.py), with the dev figures of the
+    `Validation` and `DevBleu` callbacks among `callbacks`."""
+    def find(kind):
+        return next((c for c in callbacks if isinstance(c, kind)), None)
+
+    return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
+                          config.describe(), find(Validation), find(DevBleu))
 
 
 def _step_counter(model, optimizer):
