@@ -3,8 +3,8 @@ fixed count of requests per thread count; every answer checked against the singl
 
     python benchmarks/serving_load.py                       # trains a tiny run on Multi30k first
     python benchmarks/serving_load.py --run-dir RUN         # exports RUN, then loads the exports
-    python benchmarks/serving_load.py --saved-model EXPORT/1 --ctranslate2-model EXPORT/ctranslate2 \
-        --sentences lines.txt                               # existing exports, no training
+    python benchmarks/serving_load.py --saved-model EXPORTS/NAME/1 \
+        --ctranslate2-model EXPORTS/NAME/ctranslate2 --sentences lines.txt  # no training
     python benchmarks/serving_load.py --tiny                # a smoke run (few requests)
 
 Engines (--engines, comma-separated; each runs in a fresh process of its own, so that its peak
@@ -28,9 +28,11 @@ source) are sent by that many client threads, each sending its next request when
 answered. The thread count 1 pass gives the reference answers; in the other passes an answer
 whose translations differ, or whose scores differ by more than 1e-5, counts as a mismatch.
 Per thread count: requests/s and sentences/s over the pass's wall time, p50/p99 latency of a
-request, errors, mismatches. Peak RSS (ru_maxrss) is read after a fifth of the engine's
+request, errors, mismatches. Peak RSS (VmHWM) is read after a fifth of the engine's
 requests and after all of them: with the default 1250 requests, after 1,000 and after 5,000;
-`rss_growth` is the second over the first, minus 1 (<= 0.05 passes).
+`rss_growth` is the second over the first, minus 1 (<= 0.05 passes). `nonempty_translations`
+is the share of the reference answers' translations that are not empty (a model answering
+only "" would make the answer check empty).
 
 Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
 an error, a mismatch or RSS growth over 5%. `PredictHandler` imports only TensorFlow and
@@ -38,6 +40,7 @@ tensorflow-text, so tests/test_serving_tf1.py uses it in a fresh process as TF S
 """
 
 import argparse
+import contextlib
 import gzip
 import multiprocessing
 import os
@@ -172,6 +175,16 @@ def engine_answer(engine, paths):
 
 
 def peak_rss_mb():
+    """This process's peak resident memory in MiB: /proc/self/status VmHWM, the high-water
+    mark of its own address space. (ru_maxrss would not do in a spawned process: Linux carries
+    the peak over exec, so it would start at the parent's peak at the fork.)"""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
@@ -231,8 +244,13 @@ def load_engine(engine, paths, requests, thread_counts):
             "p50_ms": round(statistics.median(latencies), 1),
             "p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
             "errors": errors, "mismatches": mismatches}
+        print(f"{engine}, {count} threads: {record['threads'][str(count)]}", file=sys.stderr,
+              flush=True)
     growth = rss[str(total)] / rss[str(max(1, total // 5))] - 1
+    texts = [t for answer in reference if answer is not None for t in answer[0]]
     record.update({"requests": total, "peak_rss_mb_after": rss, "rss_growth": round(growth, 4),
+                   "nonempty_translations": round(sum(map(bool, texts)) / max(1, len(texts)),
+                                                  3),
                    "first_error": first_error,
                    "ok": growth <= MAX_RSS_GROWTH and not first_error and not any(
                        t["mismatches"] for t in record["threads"].values())})
@@ -268,6 +286,8 @@ def train_tiny_run(folder, steps):
         with atomic_path(files[split, lang]) as temporary:
             temporary.write_text("\n".join(read_lines(MULTI30K / f"{split}.{lang}.gz")[:lines])
                                  + "\n", encoding="utf-8")
+    # The prepared data goes with the run (not ~/.cache), unless the caller chose a cache.
+    os.environ.setdefault("KERAS_TRANSFORMER_DATA_CACHE", str(folder / "data-cache"))
     config = make_config(
         preset="tiny", dataset="text", train_src=str(files["train", "en"]),
         train_tgt=str(files["train", "de"]), dev_src=str(files["val", "en"]),
@@ -275,7 +295,8 @@ def train_tiny_run(folder, steps):
         warmup_steps=min(100, steps), train_steps=steps, eval_steps=steps,
         checkpoint_steps=steps, verbose=0, precision="float32",
         output_dir=str(folder / "run"))
-    train(config)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the JSON line
+        train(config)
     return folder / "run"
 
 

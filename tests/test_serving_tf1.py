@@ -46,10 +46,9 @@ FRESH_PROCESS = textwrap.dedent("""
                          "defaults": {a: plain(tf.make_ndarray(t).tolist())
                                       for a, t in s.defaults.items()}}
                   for name, s in handler.signatures.items()}
-    json.dump({"answers": answers, "signatures": signatures,
-               "eager": tf.executing_eagerly(), "modules": sorted(
-                   m for m in sys.modules if m.split(".")[0] in ("keras_transformer", "pipelines"))},
-              open(output, "w", encoding="utf-8"))
+    ours = sorted(m for m in sys.modules if m.split(".")[0] in ("keras_transformer", "pipelines"))
+    json.dump({"answers": answers, "signatures": signatures, "eager": tf.executing_eagerly(),
+               "modules": ours}, open(output, "w", encoding="utf-8"))
 """)
 
 REQUESTS = [
