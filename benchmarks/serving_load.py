@@ -1,0 +1,383 @@
+"""Serving under load: one loaded model shared by client threads, as a server holds it, for a
+fixed count of requests per thread count; every answer checked against the single-threaded one.
+
+    python benchmarks/serving_load.py                       # trains a tiny run on Multi30k first
+    python benchmarks/serving_load.py --run-dir RUN         # exports RUN, then loads the exports
+    python benchmarks/serving_load.py --saved-model EXPORTS/NAME/1 \
+        --ctranslate2-model EXPORTS/NAME/ctranslate2 --sentences lines.txt  # no training
+    python benchmarks/serving_load.py --tiny                # a smoke run (few requests)
+
+Engines (--engines, comma-separated; each runs in a fresh process of its own, so that its peak
+RSS is its own):
+
+    session      TensorFlow Serving's way: the SavedModel loaded into a TF1 Session with
+                 tf.compat.v1.saved_model.loader.load (tags "serve"); a request gives only
+                 `sentences` and the other inputs of `serving_default` come from the
+                 SignatureDef's `defaults`, as TensorFlow Serving's Predict handler
+                 (servables/tensorflow/predict_util.cc) fills them (`PredictHandler`).
+    function     a Python server's way: tf.saved_model.load once, `serving_default` called with
+                 every input (a Python call applies no defaults: they are read from the same
+                 SignatureDef).
+    ctranslate2  `keras-transformer export --format ctranslate2` of the same run, translated
+                 through our CTranslate2Translator (beam 4, alpha 0.6; CTranslate2's own
+                 defaults of one inter-op worker, every core intra-op).
+
+For each thread count (1, 2, 4, 8) the same --requests requests (--per-request real sentences
+each: Multi30k val when ../shared/data/multi30k is there, else --sentences or the run's dev
+source) are sent by that many client threads, each sending its next request when its last is
+answered. The thread count 1 pass gives the reference answers; in the other passes an answer
+whose translations differ, or whose scores differ by more than 1e-5, counts as a mismatch.
+Per thread count: requests/s and sentences/s over the pass's wall time, p50/p99 latency of a
+request, errors, mismatches. Peak RSS (VmHWM) is read after a fifth of the engine's
+requests and after all of them: with the default 1250 requests, after 1,000 and after 5,000;
+`rss_growth` is the second over the first, minus 1 (<= 0.05 passes). `nonempty_translations`
+is the share of the reference answers' translations that are not empty (a model answering
+only "" would make the answer check empty).
+
+Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
+an error, a mismatch or RSS growth over 5%. `PredictHandler` imports only TensorFlow and
+tensorflow-text, so tests/test_serving_tf1.py uses it in a fresh process as TF Serving would.
+"""
+
+import argparse
+import contextlib
+import gzip
+import multiprocessing
+import os
+import pathlib
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import emit  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+ENGINES = ("session", "function", "ctranslate2")
+THREAD_COUNTS = (1, 2, 4, 8)
+SCORE_TOLERANCE = 1e-5
+MAX_RSS_GROWTH = 0.05
+
+
+class PredictError(ValueError):
+    """A request TensorFlow Serving's Predict handler refuses (INVALID_ARGUMENT there)."""
+
+
+def request_feeds(signature, inputs):
+    """[(input alias, TensorInfo, value)] for every input of `signature` (a SignatureDef): the
+    request's value, else the SignatureDef's default, as TF Serving's Predict handler does
+    (predict_util.cc: PreProcessPrediction, then saved_model::GetInputValues).
+
+    Raises PredictError for an input the signature lacks, or one it needs that the request
+    does not give and that has no default.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    extra = sorted(set(inputs) - set(signature.inputs))
+    missing = sorted(set(signature.inputs) - set(inputs) - set(signature.defaults))
+    if extra or missing:
+        raise PredictError(
+            f"request inputs {sorted(inputs)} do not fit the signature's inputs "
+            f"{sorted(signature.inputs)} (defaults for {sorted(signature.defaults)}): "
+            f"unknown {extra}, missing {missing}")
+    feeds = []
+    for alias, info in sorted(signature.inputs.items()):
+        if alias in inputs:
+            dtype = tf.as_dtype(info.dtype)
+            value = np.asarray(inputs[alias], dtype=object if dtype == tf.string
+                               else dtype.as_numpy_dtype)
+        else:
+            value = tf.make_ndarray(signature.defaults[alias])
+        feeds.append((alias, info, value))
+    return feeds
+
+
+class PredictHandler:
+    """TensorFlow Serving's Predict handler, emulated: the export loaded once into a TF1
+    Session (tags "serve", its init op run by the loader), shared by every calling thread.
+
+    `predict` fills a request's absent inputs from the SignatureDef's defaults, runs the
+    signature's outputs (all of them, or those of `output_filter`) by their tensor names and
+    returns {alias: numpy value}.
+    """
+
+    def __init__(self, export_dir, tags=("serve",)):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401  (registers the sentencepiece ops)
+
+        self.graph = tf.Graph()
+        self.session = tf.compat.v1.Session(graph=self.graph)
+        with self.graph.as_default():
+            meta_graph = tf.compat.v1.saved_model.loader.load(self.session, list(tags),
+                                                              str(export_dir))
+        self.signatures = dict(meta_graph.signature_def)
+
+    def predict(self, inputs, signature_name="serving_default", output_filter=()):
+        if signature_name not in self.signatures:
+            raise PredictError(f"signature {signature_name!r} not in the export "
+                               f"({sorted(self.signatures)})")
+        signature = self.signatures[signature_name]
+        unknown = sorted(set(output_filter) - set(signature.outputs))
+        if unknown:
+            raise PredictError(f"outputs {unknown} not in {signature_name!r}'s outputs "
+                               f"{sorted(signature.outputs)}")
+        aliases = list(output_filter) or sorted(signature.outputs)
+        feed = {info.name: value for _, info, value in request_feeds(signature, inputs)}
+        values = self.session.run([signature.outputs[a].name for a in aliases], feed)
+        return dict(zip(aliases, values))
+
+
+class FunctionHandler:
+    """A Python server's way: tf.saved_model.load once, the signature called from every
+    thread, each absent input taken from the SignatureDef's defaults (read from the export's
+    saved_model.pb: a Python call applies none itself)."""
+
+    def __init__(self, export_dir):
+        import tensorflow as tf
+        import tensorflow_text  # noqa: F401
+        from tensorflow.core.protobuf import saved_model_pb2
+
+        self.tf = tf
+        proto = saved_model_pb2.SavedModel.FromString(
+            (pathlib.Path(export_dir) / "saved_model.pb").read_bytes())
+        self.signatures = dict(proto.meta_graphs[0].signature_def)
+        self.loaded = tf.saved_model.load(str(export_dir))
+
+    def predict(self, inputs, signature_name="serving_default"):
+        feeds = request_feeds(self.signatures[signature_name], inputs)
+        function = self.loaded.signatures[signature_name]
+        result = function(**{alias: self.tf.constant(value) for alias, _, value in feeds})
+        return {alias: value.numpy() for alias, value in result.items()}
+
+
+def engine_answer(engine, paths):
+    """A function sentences -> (translations, scores or None) for `engine`, loaded once."""
+    if engine in ("session", "function"):
+        handler = (PredictHandler if engine == "session" else FunctionHandler)(
+            paths["saved_model"])
+
+        def answer(sentences):
+            result = handler.predict({"sentences": sentences})
+            return ([t.decode("utf-8") for t in result["translations"]],
+                    [float(s) for s in result["scores"]])
+
+        return answer
+    from keras_transformer.export.ct2 import CTranslate2Translator
+
+    translator = CTranslate2Translator(paths["ctranslate2"])
+    return lambda sentences: (translator.translate(sentences), None)
+
+
+def peak_rss_mb():
+    """This process's peak resident memory in MiB: /proc/self/status VmHWM, the high-water
+    mark of its own address space. (ru_maxrss would not do in a spawned process: Linux carries
+    the peak over exec, so it would start at the parent's peak at the fork.)"""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def differs(answer, reference):
+    """True when `answer` is not the reference answer (texts equal, scores within tolerance)."""
+    (texts, scores), (want_texts, want_scores) = answer, reference
+    if texts != want_texts:
+        return True
+    return scores is not None and any(abs(a - b) > SCORE_TOLERANCE
+                                      for a, b in zip(scores, want_scores))
+
+
+def load_engine(engine, paths, requests, thread_counts):
+    """Runs in a fresh process: loads `engine`, then sends `requests` from each thread count's
+    threads in turn. Returns the engine's record."""
+    start = time.perf_counter()
+    answer = engine_answer(engine, paths)
+    answer(requests[0])  # warm-up, not counted: the first run optimizes the graph
+    record = {"load_and_warmup_s": round(time.perf_counter() - start, 2), "threads": {}}
+    total = len(requests) * len(thread_counts)
+    marks = {max(1, total // 5), total}
+    rss, done, lock = {}, [0], threading.Lock()
+    reference, first_error = [None] * len(requests), None
+
+    def send(index):
+        began = time.perf_counter()
+        try:
+            result = answer(requests[index])
+            error = None
+        except Exception as failure:  # counted and reported, the load goes on
+            result, error = None, f"{type(failure).__name__}: {failure}"[:500]
+        took = time.perf_counter() - began
+        with lock:
+            done[0] += 1
+            if done[0] in marks:
+                rss[str(done[0])] = peak_rss_mb()
+        return index, result, took, error
+
+    for count in thread_counts:
+        began = time.perf_counter()
+        with ThreadPoolExecutor(count) as pool:
+            results = list(pool.map(send, range(len(requests))))
+        wall = time.perf_counter() - began
+        errors = mismatches = 0
+        for index, result, _, error in results:
+            if error is not None:
+                errors += 1
+                first_error = first_error or error
+            elif reference[index] is None:
+                reference[index] = result  # the first (single-threaded) answer
+            elif differs(result, reference[index]):
+                mismatches += 1
+        latencies = sorted(took * 1000 for _, _, took, _ in results)
+        record["threads"][str(count)] = {
+            "requests_per_s": round(len(requests) / wall, 2),
+            "sentences_per_s": round(sum(len(r) for r in requests) / wall, 1),
+            "p50_ms": round(statistics.median(latencies), 1),
+            "p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
+            "errors": errors, "mismatches": mismatches}
+        print(f"{engine}, {count} threads: {record['threads'][str(count)]}", file=sys.stderr,
+              flush=True)
+    growth = rss[str(total)] / rss[str(max(1, total // 5))] - 1
+    texts = [t for answer in reference if answer is not None for t in answer[0]]
+    record.update({"requests": total, "peak_rss_mb_after": rss, "rss_growth": round(growth, 4),
+                   "nonempty_translations": round(sum(map(bool, texts)) / max(1, len(texts)),
+                                                  3),
+                   "first_error": first_error,
+                   "ok": growth <= MAX_RSS_GROWTH and not first_error and not any(
+                       t["mismatches"] for t in record["threads"].values())})
+    return record
+
+
+def read_lines(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle if line.strip()]
+
+
+def make_requests(sentences, count, per_request):
+    """`count` requests of `per_request` consecutive sentences, cycling through `sentences`."""
+    return [[sentences[(i * per_request + j) % len(sentences)] for j in range(per_request)]
+            for i in range(count)]
+
+
+def train_tiny_run(folder, steps):
+    """A tiny run trained `steps` steps on the first 8000 Multi30k en-de pairs (real vocabulary
+    and sentence lengths; the translations' quality does not matter here)."""
+    from keras_transformer.runs import make_config
+    from keras_transformer.training import train
+    from pipelines.files import atomic_path
+
+    if not (MULTI30K / "train.en.gz").is_file():
+        raise SystemExit(f"no Multi30k at {MULTI30K}: pass --run-dir (a trained run) or "
+                         "--saved-model/--ctranslate2-model/--sentences (exports).")
+    files = {}
+    for split, lang, lines in (("train", "en", 8000), ("train", "de", 8000),
+                               ("val", "en", None), ("val", "de", None)):
+        files[split, lang] = folder / f"{split}.{lang}"
+        with atomic_path(files[split, lang]) as temporary:
+            temporary.write_text("\n".join(read_lines(MULTI30K / f"{split}.{lang}.gz")[:lines])
+                                 + "\n", encoding="utf-8")
+    # The prepared data goes with the run (not ~/.cache), unless the caller chose a cache.
+    os.environ.setdefault("KERAS_TRANSFORMER_DATA_CACHE", str(folder / "data-cache"))
+    config = make_config(
+        preset="tiny", dataset="text", train_src=str(files["train", "en"]),
+        train_tgt=str(files["train", "de"]), dev_src=str(files["val", "en"]),
+        dev_tgt=str(files["val", "de"]), vocab_size=1000, tokens_per_batch=2048,
+        warmup_steps=min(100, steps), train_steps=steps, eval_steps=steps,
+        checkpoint_steps=steps, verbose=0, precision="float32",
+        output_dir=str(folder / "run"))
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries only the JSON line
+        train(config)
+    return folder / "run"
+
+
+def prepare(args, folder):
+    """{"saved_model", "ctranslate2"} export paths and the sentences to send."""
+    paths = {"saved_model": args.saved_model, "ctranslate2": args.ctranslate2_model}
+    run_dir = args.run_dir
+    needed = [("saved_model" if e != "ctranslate2" else "ctranslate2") for e in args.engines]
+    if any(paths[n] is None for n in needed):
+        from keras_transformer import export
+
+        run_dir = run_dir or train_tiny_run(folder, args.train_steps)
+        for name, format in (("saved_model", "savedmodel"), ("ctranslate2", "ctranslate2")):
+            if paths[name] is None and name in needed:
+                paths[name] = export.export_run(run_dir, format=format,
+                                                output_dir=folder / "exports", name="serving")
+    if args.sentences:
+        source = args.sentences
+    elif (MULTI30K / "val.en.gz").is_file():
+        source = MULTI30K / "val.en.gz"
+    elif run_dir is not None:
+        from keras_transformer.runs import open_run
+
+        source = open_run(run_dir).config.dev_src
+    else:
+        raise SystemExit("no sentences to send: pass --sentences FILE (one per line).")
+    return {k: str(v) for k, v in paths.items() if v is not None}, source, read_lines(source)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engines", default="session,ctranslate2",
+                        help=f"comma-separated among {', '.join(ENGINES)} (session,ctranslate2)")
+    parser.add_argument("--requests", type=int, default=1250,
+                        help="requests per thread count (1250: 5,000 per engine)")
+    parser.add_argument("--per-request", type=int, default=3, help="sentences per request (3)")
+    parser.add_argument("--threads", default=",".join(map(str, THREAD_COUNTS)),
+                        help="client thread counts, comma-separated, 1 first (1,2,4,8)")
+    parser.add_argument("--run-dir", help="a trained run to export (default: train a tiny one)")
+    parser.add_argument("--train-steps", type=int, default=300,
+                        help="steps of the tiny run trained without --run-dir (300)")
+    parser.add_argument("--saved-model", help="an existing SavedModel export (skips exporting)")
+    parser.add_argument("--ctranslate2-model", help="an existing CTranslate2 export")
+    parser.add_argument("--sentences", help="a text file (or .gz) of sentences to send "
+                        "(default: Multi30k val.en, else the run's dev source)")
+    parser.add_argument("--work-dir", help="where the run and exports go (default: a "
+                        "temporary folder, removed at the end)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="a smoke run: 10 requests per thread count, 30 training steps")
+    args = parser.parse_args(argv)
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    if not args.engines or set(args.engines) - set(ENGINES):
+        parser.error(f"--engines {','.join(args.engines)!r}: choose among {', '.join(ENGINES)}")
+    if thread_counts[0] != 1 or min(thread_counts) < 1:
+        parser.error(f"--threads {args.threads!r}: counts >= 1, starting with 1 (the reference)")
+    if args.tiny:
+        args.requests, args.train_steps = 10, 30
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = pathlib.Path(args.work_dir or temporary)
+        paths, source, sentences = prepare(args, folder)
+        requests = make_requests(sentences, args.requests, args.per_request)
+        engines = {}
+        for engine in args.engines:  # a fresh process each: its own peak RSS
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(1) as pool:
+                engines[engine] = pool.apply(load_engine,
+                                             (engine, paths, requests, thread_counts))
+    from keras_transformer.hardware import cpu_class, cpu_model
+
+    record = {
+        "benchmark": "serving_load", "engines": engines, "requests_per_thread_count":
+        args.requests, "sentences_per_request": args.per_request, "thread_counts":
+        thread_counts, "sentences_from": str(source), "exports": paths,
+        "cpu_class": cpu_class(), "cpu": cpu_model(), "cores": os.cpu_count(),
+        "load_average": [round(x, 1) for x in (*load_before, *os.getloadavg())],
+        "ok": all(e["ok"] for e in engines.values())}
+    emit(record)
+    return 0 if record["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

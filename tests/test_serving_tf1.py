@@ -1,0 +1,197 @@
+"""The SavedModel as TensorFlow Serving runs it: loaded into a TF1 Session, a request giving
+only some inputs and the rest taken from the SignatureDef's `defaults` (TF Serving's Predict
+handler, emulated by `benchmarks/serving_load.py`'s `PredictHandler`), in a fresh graph-mode
+process that imports only TensorFlow and tensorflow-text; and that benchmark's smoke run."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from keras_transformer import export
+from keras_transformer.decoding.translate import Translator
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+SENTENCES = ["the dog runs in the park", "a big red cat", "green water", ""]
+PREFIXES = ["PARK THE", "", "WATER", ""]
+
+# Sends each (signature, inputs) request in turn to one PredictHandler, TF1 graph mode only
+# (as TF Serving's C++ runs a SavedModel), and records the answers or the refusals.
+FRESH_PROCESS = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    benchmarks, directory, requests, output = sys.argv[1:5]
+    sys.path.insert(0, benchmarks)
+    from serving_load import PredictError, PredictHandler
+
+    def plain(value):
+        if isinstance(value, bytes):
+            return value.decode("utf-8")
+        return [plain(v) for v in value] if isinstance(value, list) else value
+
+    handler = PredictHandler(directory)
+    answers = []
+    for name, inputs in json.load(open(requests, encoding="utf-8")):
+        try:
+            answers.append({k: plain(v.tolist()) for k, v in handler.predict(inputs, name).items()})
+        except PredictError as error:
+            answers.append({"refused": str(error)})
+    signatures = {name: {"inputs": {a: i.name for a, i in s.inputs.items()},
+                         "defaults": {a: plain(tf.make_ndarray(t).tolist())
+                                      for a, t in s.defaults.items()}}
+                  for name, s in handler.signatures.items()}
+    ours = sorted(m for m in sys.modules if m.split(".")[0] in ("keras_transformer", "pipelines"))
+    json.dump({"answers": answers, "signatures": signatures, "eager": tf.executing_eagerly(),
+               "modules": ours}, open(output, "w", encoding="utf-8"))
+""")
+
+REQUESTS = [
+    ("serving_default", {"sentences": SENTENCES}),
+    ("serving_default", {"sentences": SENTENCES, "prefixes": PREFIXES}),
+    ("translate_nbest", {"sentences": SENTENCES}),
+    ("translate_nbest", {"sentences": SENTENCES, "prefixes": PREFIXES}),
+    ("serving_default", {"sentences": SENTENCES, "beam_size": 2}),  # a request's value wins
+    ("score", {"sources": SENTENCES}),  # no defaults there: TF Serving refuses
+    ("serving_default", {"sentences": SENTENCES, "beam": 2}),  # not an input: refused
+]
+
+
+def _python(*args, **kwargs):
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900,
+                          env=env, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def exports(tiny_run, tmp_path_factory):
+    """tiny_run exported once as a SavedModel (beam 4, alpha 0.6: the defaults)."""
+    folder = tmp_path_factory.mktemp("serving-tf1")
+    return {"saved_model": export.export_run(tiny_run, output_dir=folder, name="toy"),
+            "folder": folder}
+
+
+@pytest.fixture(scope="module")
+def served(exports):
+    folder = exports["folder"]
+    (folder / "requests.json").write_text(json.dumps(REQUESTS), encoding="utf-8")
+    result = _python("-c", FRESH_PROCESS, str(BENCHMARKS), str(exports["saved_model"]),
+                     str(folder / "requests.json"), str(folder / "answers.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    served = json.loads((folder / "answers.json").read_text(encoding="utf-8"))
+    assert served["modules"] == [] and served["eager"] is False  # TF1 graph mode, TF only
+    return served
+
+
+@pytest.fixture(scope="module")
+def translators(tiny_run):
+    return {beam: Translator.from_run(tiny_run, beam_size=beam, alpha=0.6, precision="float32")
+            for beam in (4, 2)}
+
+
+def _best(hypotheses):
+    return [h[0][0] for h in hypotheses], [h[0][1] for h in hypotheses]
+
+
+@pytest.mark.slow
+def test_a_request_of_sentences_only_gets_the_signature_defaults(served, translators):
+    signatures = served["signatures"]
+    # The defaults TF Serving applies are the export's search settings (beam 4, alpha 0.6).
+    assert signatures["serving_default"]["defaults"] == {
+        "beam_size": 4, "alpha": pytest.approx(0.6), "prefixes": []}
+    assert signatures["translate_nbest"]["defaults"] == {
+        "beam_size": 4, "alpha": pytest.approx(0.6), "num_hypotheses": 4, "prefixes": []}
+    assert signatures["score"]["defaults"] == {}
+    assert signatures["serving_default"]["inputs"]["sentences"].endswith(":0")
+
+    answer = served["answers"][0]
+    texts, scores = _best(translators[4].translate(SENTENCES, nbest=True))
+    assert answer["translations"] == texts
+    np.testing.assert_allclose(answer["scores"], scores, atol=1e-4)
+    assert answer["translations"][-1] == "" and answer["scores"][-1] == 0.0
+    # beam_size given in the request replaces the default.
+    texts, scores = _best(translators[2].translate(SENTENCES, nbest=True))
+    assert served["answers"][4]["translations"] == texts
+    np.testing.assert_allclose(served["answers"][4]["scores"], scores, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_prefixes_and_nbest_through_the_defaults_equal_the_translators(served, translators):
+    answers = served["answers"]
+    with_prefix = translators[4].translate(SENTENCES, nbest=True, prefixes=PREFIXES)
+    texts, scores = _best(with_prefix)
+    assert answers[1]["translations"] == texts
+    np.testing.assert_allclose(answers[1]["scores"], scores, atol=1e-4)
+    for text, prefix in zip(answers[1]["translations"], PREFIXES):
+        assert text.startswith(prefix)
+    # num_hypotheses defaults to the beam: the whole beam, best first.
+    for answer, expected in ((answers[2], translators[4].translate(SENTENCES, nbest=True)),
+                             (answers[3], with_prefix)):
+        assert np.shape(answer["translations"]) == (len(SENTENCES), 4)
+        assert answer["translations"][:3] == [[t for t, _ in h] for h in expected[:3]]
+        np.testing.assert_allclose(answer["scores"][:3], [[s for _, s in h] for h in expected[:3]],
+                                   atol=1e-4)
+        assert any(t for row in answer["translations"] for t in row)  # not all empty
+
+
+@pytest.mark.slow
+def test_requests_tf_serving_refuses_are_refused_by_name(served):
+    missing, unknown = served["answers"][5:7]
+    assert "missing ['targets']" in missing["refused"], missing
+    assert "unknown ['beam']" in unknown["refused"], unknown
+
+
+@pytest.mark.slow
+def test_the_load_benchmark_smoke_run_answers_every_request_alike(exports, tiny_run, toy_corpus):
+    ct2 = export.export_run(tiny_run, format="ctranslate2", output_dir=exports["folder"],
+                            name="toy")
+    result = _python(str(BENCHMARKS / "serving_load.py"), "--tiny", "--saved-model",
+                     str(exports["saved_model"]), "--ctranslate2-model", str(ct2),
+                     "--sentences", str(toy_corpus["dev.src"]))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    assert record["ok"] and sorted(record["engines"]) == ["ctranslate2", "session"], record
+    for engine in record["engines"].values():
+        assert engine["requests"] == 40 and engine["first_error"] is None, engine
+        assert sorted(engine["peak_rss_mb_after"], key=int) == ["8", "40"], engine
+        assert sorted(engine["threads"], key=int) == ["1", "2", "4", "8"]
+        for figures in engine["threads"].values():
+            assert figures["errors"] == figures["mismatches"] == 0, engine
+            assert figures["requests_per_s"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]
+
+
+def test_a_request_is_filled_from_the_signature_defaults_as_tf_serving_fills_it():
+    """`request_feeds` on a SignatureDef built here: given inputs win, absent ones take the
+    defaults, an unknown or a missing input without default is refused by name."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from serving_load import PredictError, differs, request_feeds
+
+    signature = meta_graph_pb2.SignatureDef(method_name="tensorflow/serving/predict")
+    for alias, dtype in (("sentences", tf.string), ("beam_size", tf.int32),
+                         ("alpha", tf.float32)):
+        signature.inputs[alias].name = f"serve_{alias}:0"
+        signature.inputs[alias].dtype = dtype.as_datatype_enum
+    signature.defaults["beam_size"].CopyFrom(tf.make_tensor_proto(4, tf.int32))
+    signature.defaults["alpha"].CopyFrom(tf.make_tensor_proto(0.6, tf.float32))
+
+    feeds = {alias: (info.name, value) for alias, info, value in
+             request_feeds(signature, {"sentences": ["a dog"], "alpha": 1.0})}
+    assert feeds["sentences"][0] == "serve_sentences:0"
+    assert feeds["sentences"][1].tolist() == ["a dog"]
+    assert feeds["beam_size"][1] == 4 and feeds["beam_size"][1].dtype == np.int32
+    assert feeds["alpha"][1] == 1.0 and feeds["alpha"][1].dtype == np.float32
+    with pytest.raises(PredictError, match=r"missing \['sentences'\]"):
+        request_feeds(signature, {"alpha": 1.0})
+    with pytest.raises(PredictError, match=r"unknown \['beam'\]"):
+        request_feeds(signature, {"sentences": ["a"], "beam": 2})
+    # The benchmark's answer check: texts equal, scores within 1e-5.
+    assert not differs((["a"], [-1.0]), (["a"], [-1.000001]))
+    assert differs((["a"], [-1.0]), (["a"], [-1.1])) and differs((["b"], None), (["a"], None))
