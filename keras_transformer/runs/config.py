@@ -231,6 +231,21 @@ class ParentSettings(Section):
 
 
 @dataclasses.dataclass
+class DistillationSettings(Section):
+    """Sequence-level distillation: the teachers whose translations of their training sources
+    this run trains on (tasks/distill.py records them)."""
+
+    teachers: Optional[list] = setting(None, "the teacher runs (absolute directories; several: "
+                                       "decoded as one ensemble)", flag=False)
+    teacher_config_sha256: Optional[dict] = setting(
+        None, "sha256 of the config.json of each run decoded ({run directory: sha256})",
+        flag=False)
+    teacher_decoding: Optional[dict] = setting(
+        None, "how the teachers decoded: model files, beam_size, alpha, extra_length, "
+        "precision and where each came from", flag=False)
+
+
+@dataclasses.dataclass
 class TrainConfig(Settings):
     """Everything a training run needs, by section."""
 
@@ -241,6 +256,7 @@ class TrainConfig(Settings):
     optimization: OptimizationSettings = dataclasses.field(default_factory=OptimizationSettings)
     run: RunSettings = dataclasses.field(default_factory=RunSettings)
     parent: ParentSettings = dataclasses.field(default_factory=ParentSettings)
+    distill: DistillationSettings = dataclasses.field(default_factory=DistillationSettings)
 
     @property
     def architecture(self):
@@ -371,5 +387,5 @@ def make_config(file=None, *, config_class=TrainConfig, origin=GIVEN, **override
     return config_class.from_values(values, sources)
 
 
-__all__ = ["DataSettings", "FILE", "FLAG", "ModelSettings", "OptimizationSettings",
-           "ParentSettings", "RunSettings", "TrainConfig", "load_config_file", "make_config"]
+__all__ = ["DataSettings", "DistillationSettings", "FILE", "FLAG", "ModelSettings",
+           "OptimizationSettings", "ParentSettings", "RunSettings", "TrainConfig", "load_config_file", "make_config"]

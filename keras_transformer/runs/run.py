@@ -24,6 +24,8 @@ Layout of a run directory (format version 2):
                         those are, e.g. "average of the last 5 checkpoints"), "beam_size",
                         "alpha", "chosen_by" (which command chose them, on which data)}; any key
                         may be absent. An ensemble keeps its own in its top directory.
+    distilled/          a student's corpus (`distill`): SPLIT.LANG files, the teacher's
+                        training sources and their translations, its dev set and references
     logs/               TensorBoard logs
     *.json, hyp.*.txt   summaries and hypotheses that commands write
     .lock               the writers' lock (`Run.lock`): who trains, averages into or exports
@@ -80,6 +82,7 @@ class Run:
     DECODING = "decoding.json"
     CHECKPOINTS = "checkpoints"
     VOCABULARY = "vocab"
+    DISTILLED = "distilled"
 
     def __init__(self, directory):
         self.directory = pathlib.Path(directory)
@@ -120,6 +123,13 @@ class Run:
         only the chief's checkpoints are the run's; a worker's own shows that the workers
         stay identical."""
         return self.directory / f"scratch-worker-{task_id}"
+
+    def distilled_path(self, split, lang):
+        """A file of the distilled corpus a student run trains on: distilled/SPLIT.LANG
+        (tasks/distill.py writes it)."""
+        if "/" in split or "/" in lang or not split or not lang:
+            raise ValueError(f"{split!r}.{lang!r} is not a corpus file name (split.lang).")
+        return self.directory / self.DISTILLED / f"{split}.{lang}"
 
     def logs_dir(self, name):
         return self.directory / "logs" / name

@@ -214,15 +214,19 @@ class Settings:
 
     # -- the command line -----------------------------------------------------------------------
     @classmethod
-    def add_flags(cls, parser, prepare=False):
-        """Adds a flag per setting (those `prepare` reads, with prepare=True), each defaulting
-        to None so that `given(args)` tells what the command line set."""
+    def add_flags(cls, parser, prepare=False, skip=()):
+        """Adds a flag per setting (those `prepare` reads, with prepare=True; none for the
+        settings named in `skip`, which the command decides itself), each defaulting to None
+        so that `given(args)` tells what the command line set."""
         for name, kind in cls.sections().items():
+            fields = [(field, base) for field, base, _ in kind.declarations()
+                      if field.metadata["flag"] and field.name not in skip
+                      and (field.metadata["prepare"] or not prepare)]
+            if not fields:  # no empty group in --help
+                continue
             group = parser.add_argument_group(f"{name} settings")
-            for field, base, _ in kind.declarations():
+            for field, base in fields:
                 meta = field.metadata
-                if not meta["flag"] or (prepare and not meta["prepare"]):
-                    continue
                 default = meta["default_text"] or f"default {field.default}"
                 options = dict(default=None, help=f"{meta['help']} ({default})")
                 if base is bool:
