@@ -22,17 +22,17 @@ PAIRS = 160  # 120 training pairs (the last 40 are the dev set)
 
 def student_flags(output_dir, *extra):
     """A tiny student, decoded and trained in float32 (the same bytes on every CPU class);
-    search batches of 2 sentences, i.e. windows of 32 lines: 4 windows for 120 sources."""
+    search batches of 4 sentences, i.e. windows of 64 lines: 2 windows for 120 sources."""
     return ["--output-dir", str(output_dir), "--preset", RUNTIME_PRESET, "--vocab-size", "300",
             "--tokens-per-batch", "256", "--warmup-steps", "20", "--train-steps", "4",
-            "--checkpoint-steps", "2", "--eval-steps", "2", "--verbose", "0",
+            "--checkpoint-steps", "2", "--eval-steps", "4", "--verbose", "0",
             "--precision", "float32", "--teacher-precision", "float32",
-            "--teacher-batch-size", "2", *extra]
+            "--teacher-batch-size", "4", *extra]
 
 
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory, runtime_preset):
-    """A tiny teacher that says something: each target starts with "DER HUND", which 60 steps
+    """A tiny teacher that says something: each target starts with "DER HUND", which 80 steps
     learn (a teacher of the tiny run's 20 steps answers every source with an empty line, on
     which no student trains). Its search with beam 4 gives short lines."""
     from keras_transformer.training import train
@@ -40,8 +40,8 @@ def teacher(tmp_path_factory, runtime_preset):
     folder = tmp_path_factory.mktemp("distill-teacher")
     corpus = write_corpus(folder / "corpus", pairs=PAIRS,
                           target=lambda source: "DER HUND " + reversed_upper(source))
-    train(toy_config(corpus, folder / "run", train_steps=60, warmup_steps=20, lr_scale=2.0,
-                     checkpoint_steps=60, eval_steps=60))
+    train(toy_config(corpus, folder / "run", train_steps=80, warmup_steps=20, lr_scale=2.0,
+                     checkpoint_steps=80, eval_steps=80))
     return folder / "run"
 
 
@@ -146,3 +146,41 @@ def test_distillation_refuses_what_it_decides_and_runs_that_are_not_students(tmp
     other.save_config(make_config(output_dir=str(other.directory), preset="tiny"))
     assert distill("--teacher", tmp_path, "--output-dir", other.directory) == 2
     assert "was not distilled" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # uses the trained teacher
+def test_the_teachers_search_is_its_saved_choice_and_several_teachers_decode_as_an_ensemble(
+        teacher, tmp_path):
+    import shutil
+
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.runs import Run
+    from keras_transformer.tasks.distill import AssembledEnsemble, TranslationJob
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    for copy in (first, second):
+        shutil.copytree(teacher, copy)
+    Run(first).save_decoding(beam_size=3, alpha=1.0, chosen_by="a test, on val")
+
+    job = TranslationJob([str(first)], None, None, 8, "float32")
+    decoding = job.record()["teacher_decoding"]
+    assert (decoding["beam_size"], decoding["alpha"], decoding["chosen_by"]) == (
+        3, 1.0, "a test, on val")
+    assert decoding["origins"] == {"model": "default", "beam": "saved", "alpha": "saved"}
+    assert TranslationJob([str(first)], 2, None, 8, "float32").record()[
+        "teacher_decoding"]["beam_size"] == 2  # --beam overrides the choice
+
+    # Runs given together: one ensemble, never chosen for as a whole (the defaults decode).
+    both = TranslationJob([str(first), str(second)], None, None, 8, "float32")
+    assert isinstance(both.teacher, AssembledEnsemble) and len(both.teacher.members) == 2
+    record = both.record()
+    assert record["teachers"] == [str(first), str(second)]
+    assert sorted(record["teacher_config_sha256"]) == [str(first), str(second)]
+    assert record["teacher_decoding"]["beam_size"] == 4
+    assert record["teacher_decoding"]["models"] == [str(first / "model.keras"),
+                                                    str(second / "model.keras")]
+    # The mean of a model's probabilities with its own copy is that model's: the same search.
+    sources = (teacher.parent / "corpus" / "train.src").read_text(encoding="utf-8").split("\n")
+    options = dict(beam_size=4, alpha=0.6, precision="float32")
+    assert Translator.from_run(both.teacher, None, **options).translate(sources[:8]) == \
+        Translator.from_run(Run(first), None, **options).translate(sources[:8])
