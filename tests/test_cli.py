@@ -29,7 +29,7 @@ def test_verbosity_is_read_from_the_parsed_arguments(argv, shows):
 
 CONSOLE = """
 import json, os, sys
-from keras_transformer import console
+from keras_transformer.cli import console
 before = os.fstat(2)
 console.setup(show_native_logs={show})
 after = os.fstat(2)
@@ -116,7 +116,7 @@ def test_average_records_its_model_and_keeps_the_search(tmp_path, monkeypatch):
 
 
 def test_text_lines_policy(tmp_path):
-    from keras_transformer import textio
+    from keras_transformer.decoding import textio
     from keras_transformer.errors import InputError
 
     path = tmp_path / "in.txt"

@@ -4,7 +4,7 @@
 alpha: `decoding.choice`) unless a flag says otherwise, in the precision `--precision` resolves
 for this machine (`decoding.precision`), and say on standard error which they used; `parse`
 uses the paper's parsing search (`defaults.PARSING`). `translate` and `evaluate` read their
-input a window at a time (`keras_transformer.streaming`), and `translate --output` continues a
+input a window at a time (`keras_transformer.decoding.streaming`), and `translate --output` continues a
 killed run's partial output; `translate --prefix` and `--sample` use `Translator.translate`'s
 prefixes and `Translator.sample`.
 """
@@ -92,7 +92,7 @@ def job_identity(args, choice):
 
     import keras
 
-    from keras_transformer.resumable import file_identity
+    from keras_transformer.decoding.resumable import file_identity
 
     options = {key: value for key, value in sorted(vars(args).items())
                if key not in ("run", "input", "output", "verbose", "debug")}
@@ -148,7 +148,7 @@ def window_seed(seed, first_line):
 
 
 def translate(args):
-    from keras_transformer.streaming import aligned_counts, stream_lines, window_size
+    from keras_transformer.decoding.streaming import aligned_counts, stream_lines, window_size
 
     sampling = sampling_options(args)
     if args.prefix and args.input:
@@ -193,7 +193,7 @@ def evaluate(args):
 
     from keras_transformer.errors import InputError
     from keras_transformer.evaluation.evaluate import evaluate_split
-    from keras_transformer.textio import checked_lines, read_lines
+    from keras_transformer.decoding.textio import checked_lines, read_lines
     from pipelines import datasets
 
     official = None  # the official tokenized references (Multi30k val / test2016)
@@ -244,7 +244,7 @@ def attention(args):
 def parse(args):
     import json
 
-    from keras_transformer import textio
+    from keras_transformer.decoding import textio
     from keras_transformer.tasks.parsing import Parser, evaluate_run
     from pipelines.progress import progress_bar
     from pipelines.treebank import to_string

@@ -4,7 +4,7 @@
     keras-transformer score --run-dir RUN --src test.en --tgt test.de --json --output scores.jsonl
 
 The pairs are read and scored a window at a time and the output is resumable, as `translate`'s
-(`keras_transformer.streaming`).
+(`keras_transformer.decoding.streaming`).
 """
 
 import sys
@@ -32,7 +32,7 @@ def score_lines(results, as_json):
 
 def score(args):
     from keras_transformer.cli.decode import decoder, job_identity, require
-    from keras_transformer.streaming import aligned_counts, stream_lines, window_size
+    from keras_transformer.decoding.streaming import aligned_counts, stream_lines, window_size
 
     if args.batch_size < 1:
         from keras_transformer.errors import InputError

@@ -14,9 +14,9 @@ policy of `textio.BadLines`. No TensorFlow here.
 import itertools
 import sys
 
-from keras_transformer import textio
+from keras_transformer.decoding import textio
 from keras_transformer.errors import InputError
-from keras_transformer.resumable import ResumableOutput, file_identity
+from keras_transformer.decoding.resumable import ResumableOutput, file_identity
 from pipelines.files import atomic_path
 
 # Sentences per window, in batches: the decoder sorts a window by length, so that a batch
