@@ -66,7 +66,8 @@ def path_literals(path):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body and \
                 isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
             prose.add(id(node.body[0].value))
-        if isinstance(node, ast.keyword) and node.arg in ("help", "description", "epilog"):
+        if isinstance(node, ast.keyword) and node.arg in ("help", "description", "epilog",
+                                                             "default_text"):
             prose.update(id(n) for n in ast.walk(node.value))
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("print",) or \
                 isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and getattr(
