@@ -5,10 +5,12 @@
     engine.py        the engine interface: the text layer shared by every engine
     translate.py     Translator, the Keras engine (TensorFlow or JAX, float32 or bf16)
     ctranslate2.py   CTranslate2Translator, the engine of a CTranslate2 export
-    search.py        greedy search; `model_step` bridges a Transformer to the searches
-    beam_search.py   beam search with the GNMT length penalty (Section 6.1)
-    sampling.py      random sampling (top-k, top-p, temperature)
-    scoring.py       forced decoding: log P(target | source)
+    search.py        greedy search; `model_step` bridges a Transformer to the searches;
+                     translate_greedy, the greedy body (each mode has one body: every
+                     caller, Translator, SavedModel and TFLite, runs it)
+    beam_search.py   beam search with the GNMT length penalty (Section 6.1); translate_beam
+    sampling.py      top-k / top-p / temperature sampling; translate_sample
+    scoring.py       log P(target | source) of given pairs; score_ids
     precision.py     float32 or bfloat16 (where the CPU has bf16 units): the choice, the cast
     streaming.py     the file-level jobs: windows of line-aligned files, resumable output
     resumable.py     the resumable output file (O.partial and its record)
