@@ -176,16 +176,19 @@ def test_an_option_added_to_the_request_reaches_the_flags_the_check_and_the_stde
 def test_a_sampling_default_and_range_are_declared_once_in_the_package():
     import pathlib
 
+    from keras_transformer.decoding import request
+
     package = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
-    patterns = {  # the top_p range, as a rule in words, a check or a declaration
+    patterns = {  # the top_p range (a rule in words, a comparison, a declaration) and default
         "range": re.compile(r"\(0, 1\]|top_p\s*<=\s*1|0\.?0?\s*<\s*top_p|top_p\s*>\s*0"
                             r"|Range\(0, 1,"),
-        # the sampling defaults spelled as keyword defaults or a table of them
-        "defaults": re.compile(r"top_p=1\.0, temperature=1\.0|\"top_p\": 1\.0"),
+        "default": re.compile(r"top_p\s*=\s*(1\.0|tf\.constant\(1)|\"top_p\":\s*1\.0"
+                              r"|top_p: float = option\("),
     }
     for what, pattern in patterns.items():
-        found = [(path.relative_to(package), line) for path in package.rglob("*.py")
+        found = [(str(path.relative_to(package)), line) for path in package.rglob("*.py")
                  for line in path.read_text(encoding="utf-8").splitlines()
                  if pattern.search(line)]
-        where = [str(path) for path, _ in found]
-        assert where.count("decoding/request.py") == len(where) and len(where) <= 1, (what, found)
+        assert [path for path, _ in found] == ["decoding/request.py"], (what, found)
+    assert request.DEFAULTS["top_p"] == 1.0 and request.RANGES["top_p"].rule().startswith(
+        "in (0, 1]")
