@@ -166,7 +166,7 @@ def test_the_teachers_search_is_its_saved_choice_and_several_teachers_decode_as_
     decoding = job.record()["teacher_decoding"]
     assert (decoding["beam_size"], decoding["alpha"], decoding["chosen_by"]) == (
         3, 1.0, "a test, on val")
-    assert decoding["origins"] == {"model": "default", "beam": "saved", "alpha": "saved"}
+    assert decoding["origins"] == {"model": "default", "beam_size": "run", "alpha": "run"}
     assert TranslationJob([str(first)], 2, None, 8, "float32").record()[
         "teacher_decoding"]["beam_size"] == 2  # --beam overrides the choice
 

@@ -36,7 +36,8 @@ def test_onednn_default_follows_the_class_unless_the_user_set_it(monkeypatch):
 # loaded when the console was set up (TensorFlow reads TF_ENABLE_ONEDNN_OPTS when it loads).
 COMMAND = """
 import json, os, sys
-from keras_transformer import cli, console
+from keras_transformer import cli
+from keras_transformer.cli import console
 from keras_transformer.cli import models
 seen = {}
 setup = console.setup

@@ -29,7 +29,7 @@ import argparse
 import os
 import sys
 
-from keras_transformer import console
+from keras_transformer.cli import console
 from keras_transformer.cli import decode, demo, distill, export, models, score, train
 
 # In the order `keras-transformer --help` lists them.
@@ -75,7 +75,7 @@ def shows_native_logs(args):
 
 def console_main():
     """The `keras-transformer` command: the console is the command's (third-party logs hidden
-    unless --verbose, see `keras_transformer.console`)."""
+    unless --verbose, see `keras_transformer.cli.console`)."""
     sys.exit(main(own_console=True))
 
 

@@ -3,10 +3,9 @@ flags are `train`'s, generated from the settings' declarations, less those disti
 decides (`tasks.distill.DECIDED`: the data and the languages); the teacher's search has its
 own few."""
 
-from keras_transformer.defaults import TRANSLATION
-
 
 def register(commands):
+    from keras_transformer.decoding.request import fields
     from keras_transformer.runs.config import TrainConfig
 
     parser = commands.add_parser(
@@ -24,20 +23,20 @@ def register(commands):
     parser.add_argument("--teacher", nargs="+", required=True, metavar="RUN",
                         help="the teacher: a run directory or an ensemble's; several are decoded "
                         "as one ensemble")
-    search = parser.add_argument_group("the teacher's search")
-    search.add_argument("--beam", type=int, dest="beam_size",
-                        help="beam size (default: the teacher's saved choice, else "
-                        f"{TRANSLATION.beam_size}; several teachers given: "
-                        f"{TRANSLATION.beam_size})")
-    search.add_argument("--alpha", type=float,
-                        help="length penalty (default: the teacher's saved choice, else "
-                        f"{TRANSLATION.alpha})")
-    search.add_argument("--teacher-batch-size", type=int,
-                        help=f"sentences per search batch ({TRANSLATION.batch_size})")
-    search.add_argument("--teacher-precision", default="auto",
-                        choices=("auto", "float32", "bfloat16"),
-                        help="what the teacher's search computes in: auto (default) is "
-                        "bfloat16 on CPUs with bf16 units, float32 elsewhere")
+    search = parser.add_argument_group("the teacher's search", "declared by the decoding "
+                                       "request (decoding.request), checked as translate's")
+    options = fields()
+    for flag, name, default in (
+            ("--beam", "beam_size", "the teacher's saved choice, else {}; several teachers "
+             "given: {}"),
+            ("--alpha", "alpha", "the teacher's saved choice, else {}"),
+            ("--teacher-batch-size", "batch_size", "{}"),
+            ("--teacher-precision", "precision", "{}")):
+        meta = options[name]
+        search.add_argument(flag, type=type(meta["default"]),
+                            choices=meta["choices"], metavar=None if meta["choices"] else
+                            flag[2:].upper().replace("-", "_"), help=f"{meta['help']} (default: "
+                            f"{default.format(meta['default'], meta['default'])})")
     parser.add_argument("--config", help="YAML or JSON file with the student's settings (as "
                         "for train; the data and languages are distillation's)")
     from keras_transformer.tasks.distill import DECIDED, STUDENT_PRESET
@@ -45,7 +44,7 @@ def register(commands):
     TrainConfig.add_flags(parser, skip=DECIDED)
     # The student's defaults that differ from train's, said in their flags' help.
     defaults = {"preset": f"default {STUDENT_PRESET}", "vocab_size": "default: the teacher's",
-                "max_length": "default: the teacher's"}
+                "max_length": "default: the teacher's", "output_dir": "required"}
     keys = TrainConfig.keys()
     for action in parser._actions:
         if action.dest in defaults:
@@ -64,14 +63,8 @@ def _distill(args):
     if "output_dir" not in given:
         raise ConfigError("distill needs --output-dir STUDENT: the student run's directory.")
     requested = make_config(args.config, origin=FLAG, **given)
-    for name, value in (("--beam", args.beam_size), ("--teacher-batch-size",
-                                                     args.teacher_batch_size)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} {value} must be at least 1.")
-    if args.alpha is not None and args.alpha < 0:
-        raise ConfigError(f"--alpha {args.alpha} must be at least 0.")
     from keras_transformer.tasks.distill import distill
 
-    summary = distill(args.teacher, requested, beam_size=args.beam_size, alpha=args.alpha,
+    summary = distill(args.teacher, requested, beam_size=args.beam, alpha=args.alpha,
                       batch_size=args.teacher_batch_size, precision=args.teacher_precision)
     print(json.dumps(summary))

@@ -12,7 +12,7 @@ Three stages, each resumable by running the same call again:
 2. The translation. The teacher translates distilled/train.SRC into distilled/train.TGT with
    its saved decoding choice (decoding.json: model, beam, alpha; `--beam`/`--alpha` override),
    window by window through the resumable file job of `translate --output`
-   (`streaming.stream_lines`): a killed distillation goes on after the windows done and ends
+   (`decoding.streaming`): a killed distillation goes on after the windows done and ends
    with the same bytes as an uninterrupted one. Several teacher runs are decoded as one
    ensemble (the mean of their probabilities, `models.Ensemble`); an ensemble assembled here
    has no saved choice, so it decodes with the defaults unless `--beam`/`--alpha` say
@@ -56,7 +56,7 @@ JOB = "distill"  # the job's name in the translation's resumable record
 
 
 def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
-            precision="auto", log=None):
+            precision=None, log=None):
     """Distills `teachers` into the student run `requested.output_dir`, or continues a
     distillation stopped at any stage.
 
@@ -66,15 +66,14 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
         requested: the student's `TrainConfig` (not resolved), as `train` takes it; what
             `DECIDED` names must not be set.
         beam_size, alpha: the teacher's search; None: its saved choice, else the default.
-        batch_size: sentences per search batch; None: the default.
-        precision: what the teacher's search computes in ("auto", "float32", "bfloat16").
+        batch_size: sentences per search batch; None: the decoding request's default.
+        precision: what the teacher's search computes in ("auto", "float32", "bfloat16");
+            None: auto. These four are checked as the decoding request checks them.
         log: where progress lines go (default standard error).
 
     Returns:
         the training summary (`training.trainer.train`) with "corpus": the distilled files.
     """
-    from keras_transformer.defaults import TRANSLATION
-
     log = log or sys.stderr
     teachers = [os.path.abspath(path) for path in teachers]
     if not teachers:
@@ -88,7 +87,6 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
     if any(pathlib.Path(path) == student.directory.resolve() for path in teachers):
         raise ConfigError(f"{student.directory} is a teacher: give the student another "
                           "output directory.")
-    batch_size = batch_size or TRANSLATION.batch_size
     with student.lock("distillation", create=True):
         saved = _saved_student(student, teachers)
         if saved is not None and _target(student, saved).is_file():
@@ -103,8 +101,7 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
                                     job.record())
             config = student.save_config(student.config_for(config))  # the record, first
             copy_corpus(job.teacher.config, student, config)
-            print(job.describe(), file=log, flush=True)
-            job.translate(student, config)
+            job.translate(student, config, log)
         corpus = {name: str(path) for name, path in corpus_files(student, config).items()}
         from keras_transformer.training.trainer import train
 
@@ -244,38 +241,44 @@ class AssembledEnsemble(EnsembleRun):
 
 
 class TranslationJob:
-    """The teacher translating the student's training sources: the search the teacher's
-    choice (or the overrides) gives, its record for the student's config, and the resumable
-    file job.
+    """The teacher translating the student's training sources: the decoding request (the
+    teacher's saved choice, or the overrides), its record for the student's config, and the
+    resumable file job of `translate --output`.
 
     Args:
         teachers: the teacher directories as given (absolute).
         beam_size, alpha: overrides of the teacher's saved choice (None: the choice).
-        batch_size: sentences per search batch.
-        precision: "auto", "float32" or "bfloat16".
+        batch_size: sentences per search batch (None: the request's default).
+        precision: "auto", "float32" or "bfloat16" (None: auto).
     """
 
-    def __init__(self, teachers, beam_size, alpha, batch_size, precision):
-        from keras_transformer.decoding.choice import decoding_choice
+    def __init__(self, teachers, beam_size=None, alpha=None, batch_size=None, precision=None):
+        from keras_transformer.decoding.precision import resolve_precision
+        from keras_transformer.decoding.request import TRANSLATE, Request
+        from keras_transformer.runs.settings import GIVEN
 
-        self.teachers, self.batch_size = teachers, batch_size
+        self.teachers = teachers
         self.teacher = teacher = open_teachers(teachers)
-        self.choice = decoding_choice(teacher, beam_size=beam_size, alpha=alpha,
-                                      precision=precision)
+        given = {name: value for name, value in (("beam_size", beam_size), ("alpha", alpha),
+                                                 ("batch_size", batch_size),
+                                                 ("precision", precision))
+                 if value is not None}
+        self.request = Request.resolve(given, GIVEN, teacher, TRANSLATE)  # checks the values
+        self.precision = resolve_precision(self.request.precision)[0]
         runs = teacher.members if isinstance(teacher, EnsembleRun) else [teacher]
         self.digests = {str(run.directory.resolve()): config_digest(run) for run in runs}
-        self.models = ([self.choice.model_file] if self.choice.model_file is not None
-                       else [run.model_file() for run in runs])
+        model = self.request.model_file()[0]
+        self.models = [model] if model is not None else [run.model_file() for run in runs]
 
     def record(self):
         """What the student's config records of the teachers (`RECORD`'s keys)."""
-        from keras_transformer.defaults import TRANSLATION
-
-        choice = self.choice
+        request = self.request
         decoding = {"models": [str(path.resolve()) for path in self.models],
-                    "beam_size": choice.beam_size, "alpha": float(choice.alpha),
-                    "extra_length": TRANSLATION.extra_length, "precision": choice.precision,
-                    "origins": dict(choice.origins), "chosen_by": choice.chosen_by}
+                    "beam_size": request.beam_size, "alpha": float(request.alpha),
+                    "extra_length": request.extra_length, "precision": self.precision,
+                    "origins": {name: request.source(name)
+                                for name in ("model", "beam_size", "alpha")},
+                    "chosen_by": request.__dict__.get("_chosen_by")}
         return {"teachers": list(self.teachers), "teacher_config_sha256": dict(self.digests),
                 "teacher_decoding": decoding}
 
@@ -290,41 +293,27 @@ class TranslationJob:
                     f"the teachers changed since {saved.output_dir} recorded them ({what}: "
                     f"recorded {getattr(saved, key)}, now {record[key]}); its corpus is "
                     "unfinished and must come from one teacher: decode as recorded (the same "
-                    "--beam/--alpha/--teacher-precision), or distill into a new output "
-                    "directory.")
+                    "beam, alpha and precision), or distill into a new output directory.")
 
-    def describe(self):
-        return "distill: the teacher " + self.choice.describe(
-            None if self.choice.model_file is not None
-            else f"the ensemble of {len(self.models)} models")
-
-    def identity(self):
-        """What decides the translated lines, beside the source file: a partial output
-        written with anything else is started over (`resumable.ResumableOutput`)."""
-        import keras
-
-        from keras_transformer.resumable import file_identity
-
-        return {"command": JOB, "backend": keras.backend.backend(), **self.record(),
-                "batch_size": self.batch_size,
-                "weights": [file_identity(path) for path in self.models]}
-
-    def translate(self, student, config):
+    def translate(self, student, config, log):
         """Translates the student's train.SRC into train.TGT, resumably; returns the lines."""
-        from keras_transformer.decoding.translate import Translator
-        from keras_transformer.streaming import stream_lines, window_size
+        from keras_transformer.decoding.resumable import file_identity
+        from keras_transformer.decoding.streaming import job_identity, stream_lines, window_size
 
-        choice = self.choice
-        translator = Translator.from_run(self.teacher, choice.model_file,
-                                         beam_size=choice.beam_size, alpha=choice.alpha,
-                                         batch_size=self.batch_size,
-                                         precision=choice.precision)
+        request = self.request
+        engine = request.build_engine()
+        print("distill: the teacher's translation of its training sources: "
+              + request.describe(), file=log, flush=True)
 
         def decode_rows(rows, numbers, progress):
-            return [[text] for text in translator.translate([row[0] for row in rows],
-                                                            progress=progress)]
+            return [[text] for text in engine.translate([row[0] for row in rows],
+                                                        progress=progress)]
 
+        # The request's identity, and what it cannot see of an ensemble: the members' configs
+        # and weights.
+        identity = job_identity(request, job=JOB, teacher_config_sha256=self.digests,
+                                models=[file_identity(path) for path in self.models])
         files = corpus_files(student, config)
         return stream_lines(decode_rows, [str(files["train_src"])], str(files["train_tgt"]),
-                            window=window_size(self.batch_size), identity=self.identity(),
+                            window=window_size(request.batch_size), identity=identity,
                             progress_desc="distilling")
