@@ -53,15 +53,21 @@ _WEIGHTS_FILE = re.compile(r"ckpt-(\d+)\.weights\.h5")
 _TENSORFLOW_INDEX = re.compile(r"ckpt-(\d+)\.index")
 
 
-class Checkpoint(typing.NamedTuple):
-    """A checkpoint that was read: its path, the optimizer step, the data position saved
-    with it (None when it has none) and the training state saved with it ({} when none: e.g.
-    the early-stopping counters, `training/early_stopping.py`)."""
-
+class _CheckpointFields(typing.NamedTuple):
     path: str
     step: int
     data_position: typing.Optional[int]
-    state: dict = {}
+
+
+class Checkpoint(_CheckpointFields):
+    """A checkpoint that was read: (its path, the optimizer step, the data position saved
+    with it: None when it has none), and as `state` the training state saved with it ({} when
+    none: e.g. the early-stopping counters, `training/early_stopping.py`)."""
+
+    def __new__(cls, path, step, data_position, state=None):
+        checkpoint = super().__new__(cls, path, step, data_position)
+        checkpoint.state = dict(state or {})
+        return checkpoint
 
 
 class DamagedCheckpoint(Exception):
