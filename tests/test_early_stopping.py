@@ -77,12 +77,19 @@ def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
     assert again, resumed.stdout[-2000:]
     assert (int(again.group(1)), int(again.group(3))) == (step, best_step)
     assert float(again.group(2)) == best_value
-    assert "resumed from" in resumed.stdout
+    resumed_at = int(re.search(r"^resumed from \S+ckpt-(\d+)\.weights\.h5 at step", resumed.stdout,
+                               re.M).group(1))
+    if resumed_at == 20:  # killed before ckpt-30: the evaluation at step 20 is made first
+        assert re.search(r"^step 20: dev loss \S+ \(owed: the checkpoint resumed from was saved "
+                         r"before this evaluation\)$", resumed.stdout, re.M), resumed.stdout
 
     # best.keras holds the weights of the best evaluation (the checkpoint of that step), and
     # the run decodes with it.
     whole_run = Run(whole_dir)
-    assert whole_run.best() == {"step": best_step, "metric": "loss", "value": best_value}
+    record = whole_run.best()
+    assert (record["step"], record["metric"]) == (best_step, "loss")
+    assert record["value"] == pytest.approx(best_value, abs=5e-5)
+    assert Run(pieces_dir).best() == record  # the same value, to the last bit
     best = whole_run.load_model(path=whole_run.best_path)
     checkpoint = whole_run.build_model()
     average_checkpoints(checkpoint, [whole_run.checkpoint_dir / f"ckpt-{best_step}.weights.h5"])
@@ -105,6 +112,15 @@ def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
                      repeated.stdout, re.M), repeated.stdout[-2000:]
     assert "training done" not in repeated.stdout
     assert Run(whole_dir).checkpoints()[-1].endswith(f"ckpt-{step}.weights.h5")
+
+    # Asked to (--continue-stopped), it trains on, extended by two evaluations.
+    extended = run(train_command(corpus, whole_dir, *SETTINGS, "--continue-stopped",
+                                 "--train-steps", str(step + 20)))
+    assert extended.returncode == 0, extended.stderr[-2000:]
+    assert f"continuing a run that stopped early at step {step} (--continue-stopped)" in \
+        extended.stdout
+    assert re.search(rf"training done: step {step} -> {step + 20} ", extended.stdout), \
+        extended.stdout[-2000:]
 
 
 def test_a_dev_metric_other_than_loss_needs_the_dev_translation():

@@ -116,20 +116,23 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         self.minutes, self.steps, self.keep, self.directory = minutes, steps, keep, directory
         self.last_time = time.monotonic()
         self.last_step = None
+        self.last_state = None  # the training state saved with it
         self.last_path = None  # of the newest checkpoint this callback saved
         self.batches = 0
 
     def save(self, reason):
-        """Saves a checkpoint now, unless one was saved at this step; returns its path (or
-        None when none was saved)."""
+        """Saves a checkpoint now, unless one was saved at this step with the same training
+        state (an evaluation after the save may change it: the checkpoint is then saved
+        again); returns its path (or None when none was saved)."""
         step = self.step_fn()
-        if step == self.last_step:
+        state = self.state() if self.state else None
+        if step == self.last_step and state == self.last_state:
             return None
         position = None if self.data_position is None else self.data_position(self.batches)
         path = self.run.save_checkpoint(self.model, step, position, keep=self.keep,
-                                        directory=self.directory,
-                                        state=self.state() if self.state else None)
+                                        directory=self.directory, state=state)
         self.last_step, self.last_time, self.last_path = step, time.monotonic(), path
+        self.last_state = state
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
         return path
 
@@ -137,6 +140,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         # Nothing to save before the first update (a resumed run has its checkpoint already;
         # under accumulation the first batches leave the step at 0).
         self.last_step = self.step_fn()
+        self.last_state = self.state() if self.state else None
 
     def on_train_batch_end(self, batch, logs=None):
         self.batches += 1

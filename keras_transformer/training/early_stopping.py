@@ -128,8 +128,8 @@ class EarlyStopping(keras.callbacks.Callback):
             return False
         self.evaluator.set_model(model)
         value = self.evaluator.evaluate()[RESULT_KEYS[self.metric]]
-        _say(f"step {step}: dev {self.metric} {value:.4f} (the evaluation that the checkpoint "
-             "resumed from was saved before)")
+        _say(f"step {step}: dev {self.metric} {value:.4f} (owed: the checkpoint resumed from "
+             "was saved before this evaluation)")
         self._observe(step, self.evaluator.last[1])
         return self.stopped
 
