@@ -52,6 +52,10 @@ def positive(value):
     return None if value > 0 else "must be positive"
 
 
+def non_negative(value):
+    return None if value >= 0 else "must be at least 0"
+
+
 def fraction(value):
     return None if 0.0 <= value < 1.0 else "must be in [0, 1)"
 
