@@ -412,4 +412,5 @@ def make_config(file=None, *, config_class=TrainConfig, origin=GIVEN, **override
 
 
 __all__ = ["DataSettings", "DistillationSettings", "FILE", "FLAG", "ModelSettings",
-           "OptimizationSettings", "ParentSettings", "RunSettings", "TrainConfig", "load_config_file", "make_config"]
+           "OptimizationSettings", "ParentSettings", "RunSettings", "TrainConfig",
+           "load_config_file", "make_config"]
