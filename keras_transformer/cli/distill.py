@@ -39,6 +39,9 @@ def register(commands):
                             f"{default.format(meta['default'], meta['default'])})")
     parser.add_argument("--config", help="YAML or JSON file with the student's settings (as "
                         "for train; the data and languages are distillation's)")
+    parser.add_argument("--continue-stopped", action="store_true",
+                        help="train on a student that stopped early, as train "
+                        "--continue-stopped does")
     from keras_transformer.tasks.distill import DECIDED, STUDENT_PRESET
 
     TrainConfig.add_flags(parser, skip=DECIDED)
@@ -66,5 +69,6 @@ def _distill(args):
     from keras_transformer.tasks.distill import distill
 
     summary = distill(args.teacher, requested, beam_size=args.beam, alpha=args.alpha,
-                      batch_size=args.teacher_batch_size, precision=args.teacher_precision)
+                      batch_size=args.teacher_batch_size, precision=args.teacher_precision,
+                      continue_stopped=args.continue_stopped)
     print(json.dumps(summary))

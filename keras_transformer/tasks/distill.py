@@ -56,7 +56,7 @@ JOB = "distill"  # the job's name in the translation's resumable record
 
 
 def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
-            precision=None, log=None):
+            precision=None, continue_stopped=False, log=None):
     """Distills `teachers` into the student run `requested.output_dir`, or continues a
     distillation stopped at any stage.
 
@@ -69,6 +69,7 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
         batch_size: sentences per search batch; None: the decoding request's default.
         precision: what the teacher's search computes in ("auto", "float32", "bfloat16");
             None: auto. These four are checked as the decoding request checks them.
+        continue_stopped: train on a student that stopped early (`training.trainer.train`).
         log: where progress lines go (default standard error).
 
     Returns:
@@ -105,7 +106,7 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
         corpus = {name: str(path) for name, path in corpus_files(student, config).items()}
         from keras_transformer.training.trainer import train
 
-        summary = train(config)
+        summary = train(config, continue_stopped=continue_stopped)
     return {**summary, "corpus": corpus}
 
 
