@@ -4,8 +4,8 @@ It sits beside the package, not in it, because of what `import keras_transformer
 registers the package's classes with Keras (so that `keras.models.load_model` reads a saved
 model), which imports Keras and TensorFlow. The command must set up its console before
 TensorFlow loads (TensorFlow reads TF_CPP_MIN_LOG_LEVEL and TF_ENABLE_ONEDNN_OPTS then, and
-writes its start-up notices to descriptor 2: `keras_transformer.console`), and `--help` should
-not wait for TensorFlow. So, while this module's `waiting` is True, importing the package
+writes its start-up notices to descriptor 2: `keras_transformer.cli.console`), and `--help`
+should not wait for TensorFlow. So, while this module's `waiting` is True, importing the package
 registers nothing; `cli.main` parses the arguments, sets up the console and then registers
 (`keras_transformer.register`). Any other importer gets the package's usual behaviour.
 """

@@ -119,7 +119,7 @@ def _one_at_a_time(record, key, rows, reference_ids, texts, bleu, best_ids):
 
 def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
     from keras_transformer.decoding.search import compiled_greedy_search
-    from keras_transformer.export.ct2 import CTranslate2Translator
+    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
     from keras_transformer.runs import Run
     from pipelines.special_ids import EOS_ID
 

@@ -7,18 +7,19 @@ The folders are the floors of the architecture; a module imports only from its o
 the floors before it:
 
     errors, defaults     the error rule and the defaults several commands share
-    textio               text lines in and out of the commands (the UTF-8 line policy)
-    console              the command's quiet console (native logs hidden unless --verbose)
     hardware             the CPU class and the kernel settings the command picks for it
     layers/              attention, embeddings, feed-forward, encoder, decoder
     models/              the Transformer model and its presets
     runs/                a run directory (Run), its config (TrainConfig) and saved choices
-    decoding/            greedy and beam search, Translator, the decoding choice
+    decoding/            the decoding request, the engines (Translator, CTranslate2), the
+                         searches, the file-level translate job (streaming, resumable
+                         output, the UTF-8 line policy)
     evaluation/          BLEU / chrF, evaluating a split, attention pictures
     training/            loss, schedule, optimizer, callbacks, train()
     export/              SavedModel, TFLite and CTranslate2
     tasks/               parsing, the Multi30k main job
-    cli/                 the keras-transformer command, one module per command family
+    cli/                 the keras-transformer command, one module per command family, and
+                         its quiet console
 
 `pipelines` (input pipelines, the tokenizer, the dataset registry) sits below all of them and
 knows nothing of the model.

@@ -5,6 +5,9 @@ the numbers again. Each value is the paper's unless its comment says otherwise.
 """
 
 import dataclasses
+import os
+import pathlib
+import re
 
 # Longest sentence, in subword tokens with EOS: training drops longer pairs, decoding truncates
 # longer inputs (ours; the paper does not say). The vocabulary size and the pairs per prepared
@@ -18,6 +21,29 @@ TRAIN_TOKENS_PER_BATCH = 4096
 # Where exports go, relative to the working directory: EXPORT_DIR/<run name>/<version>/ for a
 # SavedModel (TensorFlow Serving's layout), .../tflite/ and .../ctranslate2[-QUANTIZE]/ beside it.
 EXPORT_DIR = "saved_models"
+
+
+def export_name(run_dir, name=None):
+    """The name an export of `run_dir` goes under: `name`, else the run directory's name."""
+    from keras_transformer.errors import InputError
+
+    name = name or os.path.basename(os.path.abspath(run_dir))
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise InputError(f"name={name!r}: use letters, digits, '.', '_' and '-' only.")
+    return name
+
+
+def export_base(run_dir, output_dir=EXPORT_DIR, name=None):
+    """OUTPUT_DIR/NAME: the folder of a run's exports (SavedModel versions, tflite/,
+    ctranslate2*/)."""
+    return pathlib.Path(output_dir) / export_name(run_dir, name)
+
+
+def ctranslate2_folder(run_dir, quantize="none", output_dir=EXPORT_DIR, name=None):
+    """OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]: where a run's CTranslate2 export goes (and where
+    the CTranslate2 engine looks for it)."""
+    dirname = "ctranslate2" if quantize == "none" else f"ctranslate2-{quantize}"
+    return export_base(run_dir, output_dir, name) / dirname
 
 
 @dataclasses.dataclass(frozen=True)

@@ -177,7 +177,8 @@ def test_the_command_says_its_precision_and_float32_restores_todays_output(run_c
     assert cli.main(["translate", "--run-dir", str(run_copy), "--input", str(source),
                      "--output", str(output), "--precision", "float32"]) == 0
     err = capsys.readouterr().err
-    assert "--model/--beam/--alpha override); float32: --precision float32 given" in err
+    assert "precision float32 [flag]" in err and err.splitlines()[0].endswith(
+        "; float32: --precision float32 given")
     expected = Translator.from_run(run_copy, beam_size=4, alpha=0.6,
                                    precision="float32").translate(sentences)
     assert output.read_text(encoding="utf-8") == "".join(line + "\n" for line in expected)
@@ -185,8 +186,9 @@ def test_the_command_says_its_precision_and_float32_restores_todays_output(run_c
     assert cli.main(["translate", "--run-dir", str(run_copy), "--input", str(source),
                      "--output", str(output), "--beam", "1"]) == 0
     reason = resolve_precision("auto")[1]
-    assert capsys.readouterr().err.splitlines()[0].endswith(f"override); {reason}")
+    assert capsys.readouterr().err.splitlines()[0].endswith(f"engine tensorflow; {reason}")
 
     assert cli.main(["translate", "--run-dir", str(run_copy), "--engine", "ctranslate2",
                      "--precision", "bfloat16", "--input", str(source)]) == 2
-    assert "--precision bfloat16 is for --engine tensorflow" in capsys.readouterr().err
+    assert "the ctranslate2 engine does not support precision yet; the tensorflow engine " \
+        "does." in capsys.readouterr().err

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from keras_transformer.cli import build_parser, shows_native_logs
-from keras_transformer.decoding.choice import decoding_choice
+from keras_transformer.decoding.request import Request
 from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
 from keras_transformer.runs import Run
 
@@ -29,7 +29,7 @@ def test_verbosity_is_read_from_the_parsed_arguments(argv, shows):
 
 CONSOLE = """
 import json, os, sys
-from keras_transformer import console
+from keras_transformer.cli import console
 before = os.fstat(2)
 console.setup(show_native_logs={show})
 after = os.fstat(2)
@@ -72,32 +72,51 @@ class FakeRun(Run):
             self.save_decoding(**choices)
 
 
+def choice(run, **given):
+    """The request of a run for the values given on the command line."""
+    return Request.from_flags(build_parser().parse_args(
+        ["translate", "--run-dir", str(run.directory),
+         *[f"--{key}={value}" for key, value in given.items()]]), "translate").with_run(run)
+
+
 def test_without_a_saved_choice_the_defaults_decode(tmp_path):
-    choice = decoding_choice(FakeRun(tmp_path))
-    assert (choice.model_file, choice.beam_size, choice.alpha) == (
+    request = choice(FakeRun(tmp_path))
+    assert (request.model_file()[0], request.beam_size, request.alpha) == (
         tmp_path / Run.AVERAGED, TRANSLATION.beam_size, TRANSLATION.alpha)
-    assert choice.describe() == (
-        f"decoding with {Run.AVERAGED}, beam {TRANSLATION.beam_size}, alpha "
-        f"{TRANSLATION.alpha} (the defaults: the run saved no choice; --model/--beam/--alpha "
-        "override)")
+    assert request.describe() == (
+        f"decoding with {Run.AVERAGED}: beam_size {TRANSLATION.beam_size}, alpha "
+        f"{TRANSLATION.alpha}, precision auto, batch_size {TRANSLATION.batch_size}, "
+        "engine tensorflow")
 
 
 def test_the_saved_choice_decodes_and_flags_override_it(tmp_path):
     run = FakeRun(tmp_path, dict(model=Run.MODEL, weights="final weights", beam_size=5,
                                  alpha=1.0, chosen_by="the main job, on val"))
-    choice = decoding_choice(run)
-    assert (choice.model_file, choice.beam_size, choice.alpha) == (run.model_path, 5, 1.0)
-    assert choice.describe() == (
-        f"decoding with {Run.MODEL} (final weights), beam 5, alpha 1.0 (chosen by the main "
-        "job, on val; --model/--beam/--alpha override)")
-    choice = decoding_choice(run, beam_size=2)
-    assert (choice.beam_size, choice.alpha) == (2, 1.0)
-    assert "(model, alpha chosen by the main job, on val; --beam given;" in choice.describe()
+    request = choice(run)
+    assert (request.model_file()[0], request.beam_size, request.alpha) == (run.model_path, 5,
+                                                                            1.0)
+    assert request.describe() == (
+        f"decoding with {Run.MODEL} (final weights) [run]: beam_size 5 [run], alpha 1.0 [run], "
+        "precision auto, batch_size 64, engine tensorflow; run: chosen by the main job, on val "
+        "(a flag overrides it)")
+    request = choice(run, beam=2)
+    assert (request.beam_size, request.alpha) == (2, 1.0)
+    assert "beam_size 2 [flag], alpha 1.0 [run]," in request.describe()
     other = tmp_path / "other.keras"
-    choice = decoding_choice(run, model=other, alpha=0.0)
-    assert (choice.model_file, choice.beam_size, choice.alpha) == (other, 5, 0.0)
-    assert choice.describe().startswith(f"decoding with {other}, beam 5, alpha 0.0 (beam "
-                                        "chosen by the main job, on val; --model, --alpha given")
+    request = choice(run, model=other, alpha=0.0)
+    assert (request.model_file()[0], request.beam_size, request.alpha) == (other, 5, 0.0)
+    assert request.describe().startswith(f"decoding with {other} [flag]: beam_size 5 [run], "
+                                         "alpha 0.0 [flag],")
+
+
+def test_a_saved_choice_out_of_range_is_refused_naming_the_file(tmp_path):
+    from keras_transformer.errors import InputError
+
+    run = FakeRun(tmp_path)
+    run.decoding_path.write_text('{"format_version": 1, "alpha": 1.0}', encoding="utf-8")
+    assert choice(run).alpha == 1.0
+    with pytest.raises(InputError, match="must be at least 1"):
+        choice(run, beam=0)
 
 
 def test_average_records_its_model_and_keeps_the_search(tmp_path, monkeypatch):
@@ -116,7 +135,7 @@ def test_average_records_its_model_and_keeps_the_search(tmp_path, monkeypatch):
 
 
 def test_text_lines_policy(tmp_path):
-    from keras_transformer import textio
+    from keras_transformer.decoding import textio
     from keras_transformer.errors import InputError
 
     path = tmp_path / "in.txt"
@@ -152,11 +171,12 @@ def test_evaluate_split_writes_and_scores(tmp_path):
 
 
 def test_one_function_decides_where_exports_go(tmp_path):
-    from keras_transformer.export import ExportError, ctranslate2_folder, export_base
+    from keras_transformer.errors import InputError
+    from keras_transformer.export import ctranslate2_folder, export_base
 
     run_dir = tmp_path / "my-run"
     assert export_base(run_dir) == pathlib.Path(EXPORT_DIR) / "my-run"
     assert ctranslate2_folder(run_dir) == pathlib.Path(EXPORT_DIR) / "my-run" / "ctranslate2"
     assert ctranslate2_folder(run_dir, "int8", tmp_path, "x") == tmp_path / "x" / "ctranslate2-int8"
-    with pytest.raises(ExportError, match="use letters"):
+    with pytest.raises(InputError, match="use letters"):
         export_base(run_dir, name="a b")

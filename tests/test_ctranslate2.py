@@ -14,8 +14,8 @@ pytest.importorskip("ctranslate2")
 
 from keras_transformer import Transformer, cli  # noqa: E402
 from keras_transformer.export import ExportError, export_run  # noqa: E402
-from keras_transformer.export.ct2 import (  # noqa: E402
-    CTranslate2Translator, build_spec, export_ctranslate2)
+from keras_transformer.decoding.ctranslate2 import CTranslate2Translator  # noqa: E402
+from keras_transformer.export.ct2 import build_spec, export_ctranslate2  # noqa: E402
 from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
 
@@ -177,8 +177,8 @@ def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, cap
     source = tmp_path / "input.txt"
     source.write_text("the dog runs\n", encoding="utf-8")
     for engine in (["tensorflow"], ["ctranslate2", "--ctranslate2-model", str(folder)]):
-        for flag, value, message in (("--alpha", "nan", "alpha=nan must be at least 0"),
-                                     ("--beam", "0", "beam_size=0 must be")):
+        for flag, value, message in (("--alpha", "nan", "--alpha nan must be at least 0"),
+                                     ("--beam", "0", "--beam 0 must be at least 1")):
             assert cli.main(["translate", "--run-dir", str(tiny_run), "--engine", *engine,
                              flag, value, "--input", str(source),
                              "--output", str(tmp_path / "out.txt")]) == 2

@@ -1,5 +1,6 @@
-"""The command-line face of prefixes, sampling and scoring: translate --prefix, translate
---sample, keras-transformer score."""
+"""The command-line face of the decoding request: translate --prefix, translate --sample,
+keras-transformer score; the request declared once (flags, checks, the stderr line), and an
+engine refusing what it does not support, in one place."""
 
 import json
 import math
@@ -20,7 +21,7 @@ def write(path, lines):
     (["--seed", "3"], "--seed is for --sample"),
     (["--sample", "--nbest"], "--nbest is for beam search, not --sample"),
     (["--sample", "--beam", "4"], "--beam is for beam search, not --sample"),
-    (["--sample", "--top-k", "-1"], "--top-k -1 must be 0 .no limit. or more"),
+    (["--sample", "--top-k", "-1"], r"--top-k -1 must be at least 0 \(0: no top-k cut\)"),
     (["--sample", "--top-p", "0"], r"--top-p 0.0 must be in \(0, 1\]"),
     (["--sample", "--top-p", "1.5"], r"--top-p 1.5 must be in \(0, 1\]"),
     (["--sample", "--temperature", "0"], "--temperature 0.0 must be above 0"),
@@ -110,18 +111,84 @@ def test_score_prints_log_probability_tokens_and_mean(tiny_run, tmp_path, capsys
         assert math.isclose(record["log_prob"], float(total), abs_tol=1e-4)
 
 
-def test_an_engine_without_an_option_is_refused_in_one_line():
-    from keras_transformer.cli.decode import require
+def test_an_engine_without_an_option_is_refused_by_name_in_one_place():
+    from keras_transformer.decoding.engine import Engine
     from keras_transformer.errors import InputError
 
-    class OlderEngine:  # an engine's translator from before prefixes, sampling and scoring
-        def translate(self, sentences, nbest=False, progress=None):
-            return sentences
+    class OlderEngine(Engine):  # an engine from before prefixes, sampling and scoring
+        NAME = "older"
+        SUPPORTS = frozenset({"beam_size", "alpha", "batch_size", "nbest"})
 
     engine = OlderEngine()
-    require(engine, "--nbest", "ctranslate2", "translate", "nbest")
-    for what, method, option in (("--prefix", "translate", "prefixes"),
-                                 ("--sample", "sample", None), ("scoring", "score", None)):
-        with pytest.raises(InputError, match=f"^--engine ctranslate2 does not support {what} "
-                                             "yet: use --engine tensorflow.$"):
-            require(engine, what, "ctranslate2", method, option)
+    OlderEngine.refuse_unsupported({"nbest": True, "beam_size": 2})
+    for call, what in ((lambda: engine.translate(["a"], prefixes=["b"]), "prefixes"),
+                       (lambda: engine.translate(["a"], alignments=True), "alignments"),
+                       (lambda: engine.sample(["a"]), "sample"),
+                       (lambda: engine.score(["a"], ["b"]), "score")):
+        with pytest.raises(InputError, match=f"^the older engine does not support {what} yet; "
+                                             "the tensorflow engine does.$"):
+            call()
+
+
+def test_no_engine_gives_alignments_yet(tiny_run, tmp_path, capsys):
+    status = cli.main(["translate", "--run-dir", str(tiny_run), "--alignments", "--input",
+                       write(tmp_path / "in.txt", ["a dog"])])
+    assert status == 2
+    assert "the tensorflow engine does not support alignments yet." in capsys.readouterr().err
+
+
+def test_an_option_added_to_the_request_reaches_the_flags_the_check_and_the_stderr_line(
+        tiny_run, tmp_path, capsys, monkeypatch):
+    import dataclasses
+
+    from keras_transformer.decoding import request
+    from keras_transformer.errors import InputError
+    from keras_transformer.runs.settings import Range
+
+    @dataclasses.dataclass
+    class Extended(request.Request):
+        length_ratio: float = request.option(
+            1.5, "longest output as a multiple of the input's length", check=Range(low=0),
+            commands=(request.TRANSLATE,))
+
+    monkeypatch.setattr(request, "Request", Extended)
+    # The flag, with its default and its range.
+    with pytest.raises(SystemExit):
+        cli.main(["translate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--length-ratio LENGTH_RATIO longest output as a multiple of the input's length " \
+        "(default 1.5; at least 0)" in help_text
+    # The Python check and the flag's.
+    with pytest.raises(InputError, match=r"^length_ratio=-1.0 must be at least 0\.$"):
+        request.check({"length_ratio": -1.0})
+    assert cli.main(["translate", "--run-dir", str(tiny_run), "--length-ratio", "-2"]) == 2
+    assert "--length-ratio -2.0 must be at least 0." in capsys.readouterr().err
+    # The stderr line, where the value came from; and the engine refuses what it lacks.
+    flags = ["translate", "--run-dir", str(tiny_run), "--beam", "1", "--precision", "float32",
+             "--input", write(tmp_path / "in.txt", ["a dog"]), "--output", str(tmp_path / "o")]
+    assert cli.main(flags) == 0
+    assert ", length_ratio 1.5" in capsys.readouterr().err
+    assert cli.main([*flags, "--length-ratio", "2"]) == 2
+    assert "the tensorflow engine does not support length_ratio yet." in \
+        capsys.readouterr().err
+
+
+def test_a_sampling_default_and_range_are_declared_once_in_the_package():
+    import pathlib
+
+    from keras_transformer.decoding import request
+
+    package = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer"
+    patterns = {  # the top_p range (a rule in words, a comparison, a declaration) and default
+        "range": re.compile(r"\(0, 1\]|top_p\s*<=\s*1|0\.?0?\s*<\s*top_p|top_p\s*>\s*0"
+                            r"|Range\(0, 1,"),
+        "default": re.compile(r"top_p\s*=\s*(1\.0|tf\.constant\(1)|\"top_p\":\s*1\.0"
+                              r"|top_p: float = option\("),
+    }
+    for what, pattern in patterns.items():
+        found = [(str(path.relative_to(package)), line) for path in package.rglob("*.py")
+                 for line in path.read_text(encoding="utf-8").splitlines()
+                 if pattern.search(line)]
+        assert [path for path, _ in found] == ["decoding/request.py"], (what, found)
+    assert request.DEFAULTS["top_p"] == 1.0 and request.RANGES["top_p"].rule().startswith(
+        "in (0, 1]")

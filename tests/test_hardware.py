@@ -40,7 +40,8 @@ COMMAND = """
 import json, os, sys
 import keras_transformer_command
 keras_transformer_command.waiting = True
-from keras_transformer import cli, console
+from keras_transformer import cli
+from keras_transformer.cli import console
 from keras_transformer.cli import models
 seen = {}
 setup = console.setup

@@ -10,8 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "keras_transformer"
 
 # keras_transformer/<first part> -> floor. A module may import from its own floor and below.
-FLOORS = {"errors": 1, "defaults": 1, "textio": 1, "console": 1, "hardware": 1, "streaming": 1,
-          "resumable": 1, "layers": 2,
+FLOORS = {"errors": 1, "defaults": 1, "hardware": 1, "layers": 2,
           "models": 3, "runs": 4, "decoding": 5, "evaluation": 5, "training": 6, "export": 7,
           "tasks": 8, "cli": 9}
 
@@ -67,7 +66,8 @@ def path_literals(path):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and node.body and \
                 isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant):
             prose.add(id(node.body[0].value))
-        if isinstance(node, ast.keyword) and node.arg in ("help", "description", "epilog"):
+        if isinstance(node, ast.keyword) and node.arg in ("help", "description", "epilog",
+                                                             "default_text"):
             prose.update(id(n) for n in ast.walk(node.value))
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("print",) or \
                 isinstance(node, ast.Raise) or (isinstance(node, ast.Call) and getattr(

@@ -70,7 +70,7 @@ def test_the_effective_config_is_short_and_has_no_nulls():
     # Every architecture key once, inside the model section: no second form.
     document = config.to_dict()
     assert set(document) == {"format_version", "model", "data", "optimization", "run",
-                             "parent"}
+                             "parent", "distill"}
     assert document["model"]["d_model"] == 256 and "d_model" not in document["data"]
 
 

@@ -163,11 +163,13 @@ def test_translate_decodes_with_the_runs_saved_choice_and_says_so(run_copy, tmp_
 
     text, err = translate()  # no saved choice: what translate always did
     assert text == expected(beam_size=4, alpha=0.6, batch_size=64)
-    assert "beam 4, alpha 0.6 (the defaults: the run saved no choice;" in err
+    assert "decoding with model.keras: beam_size 4, alpha 0.6, precision " in err
     Run(run_copy).save_decoding(model=Run.MODEL, beam_size=2, alpha=1.5, chosen_by="a test")
     text, err = translate()
     assert text == expected(model_file=run_copy / Run.MODEL, beam_size=2, alpha=1.5)
-    assert f"decoding with {Run.MODEL}, beam 2, alpha 1.5 (chosen by a test;" in err
+    assert (f"decoding with {Run.MODEL} [run]: beam_size 2 [run], alpha 1.5 [run], "
+            "precision ") in err
+    assert "; run: chosen by a test (a flag overrides it)" in err
     text, err = translate("--beam", "1")
     assert text == expected(model_file=run_copy / Run.MODEL, beam_size=1, alpha=1.5)
-    assert "--beam given" in err
+    assert "beam_size 1 [flag], alpha 1.5 [run]" in err

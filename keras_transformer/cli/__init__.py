@@ -5,12 +5,13 @@
     keras-transformer train --preset small --dataset multi30k --train-steps 20000
     keras-transformer average --run-dir runs/multi30k-en-de --last 5
     keras-transformer export --run-dir runs/multi30k-en-de --format savedmodel
+    keras-transformer distill --teacher runs/multi30k-en-de --output-dir runs/student
     keras-transformer demo
 
     models.py   params, presets          decode.py   translate, evaluate, attention, parse
     train.py    train, prepare           export.py   average, export, saved-model-cli
     demo.py     demo                     flags.py    the flags several commands share
-    score.py    score
+    score.py    score                    distill.py  distill
 
 Each module's `register(commands)` adds its parsers, each with `set_defaults(run=function)`;
 a command function calls the library and prints. Nothing heavy is imported to build the
@@ -20,21 +21,21 @@ arguments before anything imports TensorFlow: the command's entry point
 registration, which `main` does after the console is set up.
 
 Exit status: 0 done; 2 a user error (bad input, bad config, a missing or damaged file, no
-space left, a run another process writes), told in one line; 75 (EX_TEMPFAIL) `train` stopped
-by SIGTERM or SIGINT after saving a checkpoint, resumed by running the same command
-(training/preemption.py); 130 interrupted otherwise; 1 an internal error, with its traceback
-under --debug.
+space left, a run another process writes), told in one line; 75 (EX_TEMPFAIL) `train` or
+`distill` stopped by SIGTERM or SIGINT after saving a checkpoint, resumed by running the same
+command (training/preemption.py); 130 interrupted otherwise; 1 an internal error, with its
+traceback under --debug.
 """
 
 import argparse
 import os
 import sys
 
-from keras_transformer import console
-from keras_transformer.cli import decode, demo, export, models, score, train
+from keras_transformer.cli import console
+from keras_transformer.cli import decode, demo, distill, export, models, score, train
 
 # In the order `keras-transformer --help` lists them.
-FAMILIES = (models, train, export, decode, score, demo)
+FAMILIES = (models, train, export, decode, score, distill, demo)
 
 EXIT_STATUS = ("exit status: 0 done; 2 a user error (bad input, bad config, a missing or "
                "damaged file, no space left, a run another process writes), told in one line; "
@@ -76,7 +77,7 @@ def shows_native_logs(args):
 
 def console_main():
     """The `keras-transformer` command: the console is the command's (third-party logs hidden
-    unless --verbose, see `keras_transformer.console`). The installed command enters through
+    unless --verbose, see `keras_transformer.cli.console`). The installed command enters through
     `keras_transformer_command.main`, which gets here before the package imports TensorFlow;
     a process that has already imported the package has TensorFlow's start-up notices."""
     sys.exit(main(own_console=True))

@@ -3,7 +3,8 @@
 import argparse
 import sys
 
-from keras_transformer.cli.flags import add_decoding_flags, add_run_flags, tensorflow_only
+from keras_transformer.cli.flags import add_run_flags, tensorflow_only
+from keras_transformer.decoding.request import EXPORT, add_flags
 from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
 
 
@@ -11,6 +12,7 @@ def average(args):
     import os
     import pathlib
 
+    from keras_transformer.decoding.request import save_choice
     from keras_transformer.runs import open_single_run
 
     run = open_single_run(args.run_dir, "averaging checkpoints")
@@ -21,7 +23,7 @@ def average(args):
             # What the run decodes with from now on (its beam and alpha are kept).
             label = f"average of the last {len(paths)} checkpoints" + (
                 f", {args.every} apart" if args.every > 1 else "")
-            run.save_decoding(model=pathlib.Path(output).name, weights=label,
+            save_choice(run, model=pathlib.Path(output).name, weights=label,
                               chosen_by="keras-transformer average")
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)})"
           f" into {output}")
@@ -34,21 +36,20 @@ def export(args):
 
     from absl import logging as absl_logging
 
-    from keras_transformer.decoding.choice import decoding_choice
+    from keras_transformer.decoding.request import Request
     from keras_transformer.export import export_run
-    from keras_transformer.runs import open_run
 
     # TensorFlow logs every renamed function input while saving; keep the output readable.
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    run = open_run(args.run_dir)
-    choice = decoding_choice(run, model=args.model, beam_size=args.beam, alpha=args.alpha)
-    print(choice.describe(), file=sys.stderr)
+    request = Request.from_flags(args, EXPORT).with_run()
+    run = request.run
+    print(request.describe(), file=sys.stderr)
     with run.lock("exporting"):  # no training or averaging changes the run meanwhile
         path = export_run(
             args.run_dir, format=args.format, quantize=args.quantize,
             output_dir=args.output_dir, name=args.name, version=args.version,
-            overwrite=args.overwrite, beam_size=args.beam, alpha=args.alpha,
+            overwrite=args.overwrite, beam_size=args.beam_size, alpha=args.alpha,
             model_file=args.model, ids_only=args.ids_only,
         )
     print(f"exported {args.format} to {path}")
@@ -86,7 +87,9 @@ def register(commands):
         description="SavedModel: OUTPUT_DIR/NAME/VERSION/ with the signatures serving_default "
         "(strings in, translations and scores out; beam_size and alpha optional inputs, "
         "defaults the run's decoding choice, else "
-        f"{TRANSLATION.beam_size} and {TRANSLATION.alpha}) and translate_ids (int32 ids in and "
+        f"{TRANSLATION.beam_size} and {TRANSLATION.alpha}; --beam and --alpha also fix the "
+        "TFLite search, where beam 1 is greedy, and the beam of the SavedModel's "
+        "translate_ids_xla signature) and translate_ids (int32 ids in and "
         "out, core TensorFlow ops only). TFLite: "
         "OUTPUT_DIR/NAME/tflite/translator-<search>-<quantization>.tflite, ids "
         "in and out for one sentence, with spm.model beside it. CTranslate2: "
@@ -110,13 +113,7 @@ def register(commands):
                         help="SavedModel version (default: highest existing + 1)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace an existing version or .tflite file")
-    add_decoding_flags(
-        parser,
-        beam_help="beam size fixed in the TFLite search and the SavedModel's translate_ids_xla "
-        "signature, and the SavedModel's default input (default: the run's saved choice, else "
-        f"{TRANSLATION.beam_size}; TFLite: 1 = greedy)",
-        alpha_help="length penalty of the TFLite search and the SavedModel's default input "
-        f"(default: the run's saved choice, else {TRANSLATION.alpha})")
+    add_flags(parser, EXPORT)
     parser.add_argument("--ids-only", action="store_true",
                         help="SavedModel with translate_ids only: loads without tensorflow-text")
     parser.set_defaults(run=export)

@@ -4,12 +4,13 @@
     keras-transformer score --run-dir RUN --src test.en --tgt test.de --json --output scores.jsonl
 
 The pairs are read and scored a window at a time and the output is resumable, as `translate`'s
-(`keras_transformer.streaming`).
+(`decoding.streaming.score_file`).
 """
 
 import sys
 
-from keras_transformer.cli.flags import add_engine_flags, add_precision_flag, add_run_flags
+from keras_transformer.cli.flags import add_run_flags
+from keras_transformer.decoding.request import SCORE, add_flags
 
 EXPLAINED = ("For each pair it prints the target's total log-probability under the model "
              "(natural log: a sum over the target's tokens of log p(token | source, the tokens "
@@ -21,43 +22,17 @@ EXPLAINED = ("For each pair it prints the target's total log-probability under t
              "line (one output line per pair) and the command fails at the end naming it.")
 
 
-def score_lines(results, as_json):
-    import json
-
-    if as_json:
-        return [[json.dumps({"log_prob": round(r["log_prob"], 6), "tokens": r["tokens"],
-                             "mean": round(r["mean"], 6)})] for r in results]
-    return [[f"{r['log_prob']:.4f}\t{r['tokens']}\t{r['mean']:.4f}"] for r in results]
-
-
 def score(args):
-    from keras_transformer.cli.decode import decoder, job_identity, require
-    from keras_transformer.streaming import aligned_counts, stream_lines, window_size
+    from keras_transformer.decoding.request import Request
+    from keras_transformer.decoding.streaming import score_file
 
-    if args.batch_size < 1:
-        from keras_transformer.errors import InputError
-
-        raise InputError(f"--batch-size {args.batch_size} must be at least 1.")
-    aligned_counts([args.src, args.tgt])  # before the model loads
-    translator, _, choice = decoder(args, search=False)
-    require(translator, "scoring", args.engine, "score")
-
-    def decode_rows(rows, numbers, progress):
-        results = translator.score([s for s, _ in rows], [t for _, t in rows],
-                                   progress=progress)
-        return score_lines(results, args.json)
-
-    count = stream_lines(decode_rows, [args.src, args.tgt], args.output,
-                         window=window_size(args.batch_size),
-                         identity=job_identity(args, choice), empty=[""],
-                         progress_desc="scoring")
+    count = score_file(Request.from_flags(args, SCORE), args.src, args.tgt, args.output,
+                       as_json=args.json)
     if args.output:
         print(f"wrote the scores of {count} pairs to {args.output}", file=sys.stderr)
 
 
 def register(commands):
-    from keras_transformer.defaults import TRANSLATION
-
     parser = commands.add_parser(
         "score",
         help="score given translations with a trained run: log-probability per pair",
@@ -73,8 +48,5 @@ def register(commands):
                         "run started again goes on after the pairs already scored")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per line instead of tab-separated numbers")
-    parser.add_argument("--batch-size", type=int, default=TRANSLATION.batch_size,
-                        help=f"pairs per batch ({TRANSLATION.batch_size})")
-    add_precision_flag(parser)
-    add_engine_flags(parser, search=False)
-    parser.set_defaults(run=score, beam=None, alpha=None, xla=False)
+    add_flags(parser, SCORE)
+    parser.set_defaults(run=score)

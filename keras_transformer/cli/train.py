@@ -17,13 +17,18 @@ def register(commands, config_class=None):
         "label-smoothed loss, token-budget batches, periodic checkpoints and dev evaluation. "
         "Run the same command again to resume a stopped run from its last checkpoint; "
         "`train --output-dir RUN_DIR --train-steps N` extends a run with its saved settings "
-        "(only the flags given are compared with them). On SIGTERM or SIGINT (preemption) it "
+        "(only the flags given are compared with them; a run that stopped early trains on only "
+        "with --continue-stopped). On SIGTERM or SIGINT (preemption) it "
         "finishes the step, saves a checkpoint and exits with status 75; a second process "
         "writing the same run is refused (docs/reliability.md).",
     )
     train.add_argument("--config", help="YAML or JSON file with the settings below, by "
                        "section (model:, data:, optimization:, run:) or as flat keys; flags "
                        "override it")
+    train.add_argument("--continue-stopped", action="store_true",
+                       help="train on a run that stopped early (--early-stopping-patience): "
+                       "its patience counts again from where it stopped; without it such a "
+                       "run says that it stopped and trains no further")
     config_class.add_flags(train)
     train.set_defaults(run=functools.partial(_train, config_class=config_class))
 
@@ -68,7 +73,7 @@ def _train(args, config_class):
     with contextlib.nullcontext() if multiworker else lock:
         from keras_transformer.training.trainer import train
 
-        train(config)
+        train(config, continue_stopped=args.continue_stopped)
 
 
 def _prepare(args, config_class):

@@ -23,6 +23,7 @@ import keras
 from keras import ops
 
 from keras_transformer.decoding.options import check_sampling  # noqa: F401  (re-exported)
+from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.decoding.search import (
     EXTRA_LENGTH, NEG_INF, compile_search, finish, pick_search, trim)
 
@@ -39,7 +40,8 @@ class RandomSampler:
         seed: a scalar int (Python or tensor): the noise of step i comes from (seed, i).
     """
 
-    def __init__(self, top_k=0, top_p=1.0, temperature=1.0, seed=0):
+    def __init__(self, top_k=DEFAULTS["top_k"], top_p=DEFAULTS["top_p"],
+                 temperature=DEFAULTS["temperature"], seed=DEFAULTS["seed"]):
         self.top_k, self.top_p, self.temperature, self.seed = top_k, top_p, temperature, seed
 
     def __call__(self, log_probs, index):
@@ -119,7 +121,8 @@ def translate_sample(model, source_ids, num_samples, top_k, top_p, temperature, 
     return result
 
 
-def compiled_sample_search(model, num_samples=1, top_k=0, top_p=1.0, temperature=1.0,
+def compiled_sample_search(model, num_samples=DEFAULTS["num_samples"], top_k=DEFAULTS["top_k"],
+                           top_p=DEFAULTS["top_p"], temperature=DEFAULTS["temperature"],
                            extra_length=EXTRA_LENGTH, jit_compile=False, with_prefix=False):
     """`translate_sample` compiled once (see `search.compile_search` for each backend).
 

@@ -1,4 +1,7 @@
-"""Translating text with a trained model: batching, tokenization, beam or greedy search.
+"""The Keras engine: translating text with a trained model (TensorFlow or JAX, float32 or
+bfloat16, one model or an ensemble) by beam, greedy or sampling search, and scoring. The text
+layer (normalization, empty lines, prefixes, batching, results) is `engine.Engine`'s; this
+module holds the id-level part: ids in, the compiled searches, ids out.
 
     translator = Translator.from_run("runs/multi30k-en-de")     # the averaged model if any
     translator.translate(["A dog runs in the park."])
@@ -19,13 +22,13 @@ import numpy as np
 
 from keras_transformer.decoding.beam_search import compiled_beam_search
 from keras_transformer.decoding.precision import cast_model, copy_weights, resolve_precision
-from keras_transformer.decoding.options import (
-    check_prefixes, check_sampling, check_search_options, check_targets)
+from keras_transformer.decoding.engine import Engine
+from keras_transformer.decoding.request import DEFAULTS, check
 from keras_transformer.decoding.sampling import compiled_sample_search
 from keras_transformer.decoding.scoring import compiled_scorer
 from keras_transformer.decoding.search import (
     XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
-from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
+from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
 from pipelines.vocabulary import Vocabulary, normalize_whitespace
@@ -33,8 +36,9 @@ from pipelines.vocabulary import Vocabulary, normalize_whitespace
 log = logging.getLogger(__name__)
 
 
-class Translator:
-    """Translates batches of sentences with beam search (or greedy search, beam_size=1).
+class Translator(Engine):
+    """The Keras engine: translates batches of sentences with beam search (or greedy search,
+    beam_size=1) or sampling, and scores pairs (the Python API: `engine.Engine`).
 
     Args:
         model: a `Transformer`.
@@ -63,11 +67,17 @@ class Translator:
         precision_reason: why, in one line (e.g. "bf16: this CPU has avx512_bf16; ...").
     """
 
-    def __init__(self, model, tokenizer, beam_size=TRANSLATION.beam_size,
-                 alpha=TRANSLATION.alpha, max_input_length=MAX_LENGTH,
-                 batch_size=TRANSLATION.batch_size, extra_length=TRANSLATION.extra_length,
-                 jit_compile=False, precision="auto"):
-        check_search_options(beam_size, batch_size, alpha)
+    NAME = "tensorflow"
+    SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
+                          "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
+                          "num_samples", "precision", "xla", "score"})
+
+    def __init__(self, model, tokenizer, beam_size=DEFAULTS["beam_size"],
+                 alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH,
+                 batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
+                 jit_compile=False, precision=DEFAULTS["precision"]):
+        check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
+                   extra_length=extra_length, precision=precision))
         self.precision, self.precision_reason = resolve_precision(precision)
         self.source_model, self.tokenizer = model, tokenizer
         self.model = cast_model(model, self.precision)
@@ -139,102 +149,59 @@ class Translator:
         return self.vocabulary.encode(
             [normalize_whitespace(s.rstrip("\n")) if s else "" for s in sentences])
 
-    def translate(self, sentences, nbest=False, progress=None, prefixes=None):
-        """Translates a list of strings; returns strings (or, with nbest, lists of
-        (translation, score) pairs, best first). Empty inputs give empty outputs.
+    # -- id level (see `engine.Engine`) ------------------------------------------------------
+    def _searcher(self, nbest):
+        def search(sources, prefixes):
+            ids = self._padded(sources)
+            if prefixes is None:
+                return self._hypotheses(self.search_ids(ids))
+            return self._hypotheses(self.search_ids(ids, self._padded(prefixes, capped=False)))
 
-        prefixes: None, or one string per sentence ("" for none): that sentence's output
-        starts with the prefix's subword tokens and the search continues after them; the
-        prefix's log-probabilities count in the score.
-        """
-        prefix_ids = self._prefix_ids(sentences, prefixes)
-        return self._decode(sentences, prefix_ids, self.search_ids, nbest, progress)
+        return search
 
-    def sample(self, sentences, num_samples=1, top_k=0, top_p=1.0, temperature=1.0, seed=0,
-               prefixes=None, progress=None):
-        """Random samples instead of the search's best: per sentence a list of num_samples
-        (translation, log P(translation | sentence)) pairs, drawn from the model's
-        distribution narrowed to its top_k tokens (0: all) and to the smallest set holding
-        top_p of the probability (1: all), at `temperature`. The same seed gives the same
-        samples for the same sentences and batch size on one backend
-        (`decoding.sampling`). Empty inputs give [("", 0.0)]."""
-        check_sampling(num_samples, top_k, top_p, temperature, seed)
-        prefix_ids = self._prefix_ids(sentences, prefixes)
-        with_prefix = prefix_ids is not None
-        key = ("sample", num_samples, top_k, float(top_p), float(temperature), with_prefix)
-        sampler = self._compiled_once(key, lambda: compiled_sample_search(
-            self.model, num_samples, top_k, top_p, temperature, self.extra_length,
-            self.jit_compile, with_prefix))
-
-        def search(ids, prefix=None):
+    def _sampler(self, num_samples, top_k, top_p, temperature, seed):
+        """The sampling search, compiled once per (options, with prefix)."""
+        def search(sources, prefixes):
+            with_prefix = prefixes is not None
+            key = ("sample", num_samples, top_k, float(top_p), float(temperature), with_prefix)
+            sampler = self._compiled_once(key, lambda: compiled_sample_search(
+                self.model, num_samples, top_k, top_p, temperature, self.extra_length,
+                self.jit_compile, with_prefix))
             self._follow_training()
-            seed_value = np.int32(seed)
-            return sampler(ids, seed_value) if prefix is None else sampler(ids, seed_value,
-                                                                            prefix)
+            inputs = [self._padded(sources), np.int32(seed)]
+            if with_prefix:
+                inputs.append(self._padded(prefixes, capped=False))
+            return self._hypotheses(sampler(*inputs))
 
-        return self._decode(sentences, prefix_ids, search, True, progress)
+        return search
 
-    def score(self, sources, targets, progress=None):
-        """log P(target | source) of each pair: a list of dicts {"log_prob": natural-log
-        total, "tokens": subword tokens of the target with its EOS, "mean": log_prob /
-        tokens}, in the order given, batched by length."""
-        check_targets(sources, targets)
+    def _scorer(self):
         scorer = self._compiled_once("score", lambda: compiled_scorer(self.model,
                                                                       self.jit_compile))
-        sources = [normalize_whitespace(s.rstrip("\n")) for s in sources]
-        encoded = self.encode(sources) if sources else []
-        target_ids = [ids + [EOS_ID] for ids in self.encode_targets(targets)] if targets else []
-        results = [None] * len(sources)
-        order = sorted(range(len(sources)), key=lambda i: (len(encoded[i]), len(target_ids[i])))
-        for chunk, ids, extra in self._batches(order, encoded, target_ids):
+
+        def score(sources, targets):
             self._follow_training()
-            outputs = scorer(ids, extra)
+            outputs = scorer(self._padded(sources),
+                             self._padded([row + [EOS_ID] for row in targets],
+                                          capped=False))
             totals, counts = np.asarray(outputs["log_prob"]), np.asarray(outputs["tokens"])
-            for row, i in enumerate(chunk):
-                total, tokens = float(totals[row]), int(counts[row])
-                results[i] = {"log_prob": total, "tokens": tokens, "mean": total / tokens}
-            if progress is not None:
-                progress.update(len(chunk))
-        return results
+            return [(float(total), int(count)) for total, count in zip(totals, counts)]
 
-    def _prefix_ids(self, sentences, prefixes):
-        """The prefixes' id lists (None when no sentence has one)."""
-        check_prefixes(sentences, prefixes)
-        if prefixes is None:
-            return None
-        if not any(p and p.strip() for p in prefixes):
-            return None
-        return self.encode_targets([p or "" for p in prefixes])
+        return score
 
-    def _decode(self, sentences, prefix_ids, search, nbest, progress):
-        sentences = [normalize_whitespace(s.rstrip("\n")) for s in sentences]
-        results = [[("", 0.0)] if not s else None for s in sentences]
-        todo = [i for i, s in enumerate(sentences) if s]
-        encoded = dict(zip(todo, self.encode([sentences[i] for i in todo]))) if todo else {}
-        order = sorted(todo, key=lambda i: len(encoded[i]))
-        for chunk, ids, prefix in self._batches(order, encoded, prefix_ids):
-            outputs = search(ids) if prefix is None else search(ids, prefix)
-            texts = self._detokenize(outputs["ids"])
-            scores = np.asarray(outputs["scores"])
-            for row, i in enumerate(chunk):
-                results[i] = [(texts[row][j], float(scores[row, j]))
-                              for j in range(len(texts[row])) if scores[row, j] > -1e8]
-            if progress is not None:
-                progress.update(len(chunk))
-        if nbest:
-            return results
-        return [r[0][0] for r in results]
+    def _hypotheses(self, outputs):
+        """Per row, [(text, score)] of the search's live hypotheses, best first."""
+        texts = self._detokenize(outputs["ids"])
+        scores = np.asarray(outputs["scores"])
+        return [[(texts[row][j], float(scores[row, j])) for j in range(len(texts[row]))
+                 if scores[row, j] > -1e8] for row in range(len(texts))]
 
-    def _batches(self, order, encoded, extra=None):
-        """(chunk of indices, (n, width) int32 ids, (n, width') int32 rows of `extra` or None)
-        for batch_size sentences at a time in `order`; widths padded to a multiple of
-        XLA_WIDTH_STEP where the search compiles per shape."""
+    def _padded(self, rows, capped=True):
+        """Id rows as one (n, width) int32 array; widths padded to a multiple of
+        XLA_WIDTH_STEP where the search compiles per shape (sources: at most up to
+        max_input_length, `capped`)."""
         static = self.jit_compile or not dynamic_shapes()
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start: start + self.batch_size]
-            ids = _padded([encoded[i] for i in chunk], static, self.max_input_length)
-            rows = None if extra is None else _padded([extra[i] for i in chunk], static)
-            yield chunk, ids, rows
+        return _padded(rows, static, self.max_input_length if capped else None)
 
     def _detokenize(self, ids):
         ids = np.asarray(ids)

@@ -4,8 +4,8 @@
 import contextlib
 
 from keras_transformer.evaluation.bleu import score
-from keras_transformer.streaming import window_size
-from keras_transformer.textio import windows
+from keras_transformer.decoding.streaming import window_size
+from keras_transformer.decoding.textio import windows
 from pipelines.files import atomic_path
 
 

@@ -7,15 +7,14 @@
     ct2.py           CTranslate2: the weights as its TransformerSpec, float32/int8/float16
 
 `export_run` exports a training run (with the model and search chosen for it, see
-`decoding.choice`); `export_base` and `ctranslate2_folder` say where a run's exports go.
+`decoding.request`); `export_base` and `ctranslate2_folder` (`defaults`) say where a run's
+exports go.
 """
 
-import os
-import pathlib
-import re
-
-from keras_transformer.decoding.choice import decoding_choice
-from keras_transformer.defaults import EXPORT_DIR
+from keras_transformer.decoding.request import Request, check
+from keras_transformer.errors import InputError
+from keras_transformer.defaults import (  # noqa: F401  (where a run's exports go)
+    EXPORT_DIR, ctranslate2_folder, export_base, export_name)
 from keras_transformer.export.graph import ExportError  # noqa: F401
 from keras_transformer.export.saved_model import (  # noqa: F401
     IdsTranslatorModule, TranslatorModule, existing_versions, export_saved_model,
@@ -30,26 +29,6 @@ QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
                     "ctranslate2": ct2.QUANTIZATIONS}
 
 
-def export_name(run_dir, name=None):
-    """The name an export of `run_dir` goes under: `name`, else the run directory's name."""
-    name = name or os.path.basename(os.path.abspath(run_dir))
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ExportError(f"name={name!r}: use letters, digits, '.', '_' and '-' only.")
-    return name
-
-
-def export_base(run_dir, output_dir=EXPORT_DIR, name=None):
-    """OUTPUT_DIR/NAME: the folder of a run's exports (SavedModel versions, tflite/,
-    ctranslate2*/)."""
-    return pathlib.Path(output_dir) / export_name(run_dir, name)
-
-
-def ctranslate2_folder(run_dir, quantize="none", output_dir=EXPORT_DIR, name=None):
-    """OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]: where a run's CTranslate2 export goes (and where
-    `translate --engine ctranslate2` looks for it)."""
-    return export_base(run_dir, output_dir, name) / ct2.ctranslate2_dirname(quantize)
-
-
 def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_DIR,
                name=None, version=None, overwrite=False, beam_size=None, alpha=None,
                model_file=None, ids_only=False):
@@ -58,8 +37,8 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
     SavedModel: OUTPUT_DIR/NAME/VERSION/. TFLite: OUTPUT_DIR/NAME/tflite/*.tflite.
     CTranslate2: OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/.
     NAME defaults to the run directory's name. `model_file`, `beam_size` and `alpha` default
-    to the choice saved in the run, else to the run's newest model and
-    `defaults.TRANSLATION` (`decoding.choice.decoding_choice`). beam_size and alpha fix the
+    to the choice saved in the run, else to the run's newest model and the decoding
+    request's defaults (`decoding.request.Request.resolve`). beam_size and alpha fix the
     TFLite search; in a SavedModel they are the default inputs of its signatures, and
     beam_size the beam of its translate_ids_xla signature.
     """
@@ -70,14 +49,18 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
                           f"(choices: {', '.join(QUANTIZE_CHOICES[format])}).")
     if format == "ctranslate2":
         ct2.require_ctranslate2()  # before anything is loaded
-    if beam_size is not None and beam_size < 1:
-        raise ExportError(f"beam_size={beam_size} must be at least 1.")
-    base_dir = export_base(run_dir, output_dir, name)
+    given = {key: value for key, value in (("model", model_file and str(model_file)), ("beam_size", beam_size),
+                                           ("alpha", alpha)) if value is not None}
+    try:  # the request's check, and a name fit for a folder
+        check(given)
+        base_dir = export_base(run_dir, output_dir, name)
+    except InputError as error:
+        raise ExportError(str(error)) from None
     # An ensemble exports as one SavedModel; the other formats take one model.
     run = (open_run(run_dir) if format == "savedmodel"
            else open_single_run(run_dir, f"a {format} export"))
-    choice = decoding_choice(run, model=model_file, beam_size=beam_size, alpha=alpha)
-    model = run.load_model(path=choice.model_file)
+    choice = Request.resolve(given, run=run)
+    model = run.load_model(path=choice.model_file()[0])
     tokenizer, max_input_length = run.tokenizer(), run.config.max_length
     if format == "ctranslate2":
         folder = ctranslate2_folder(run_dir, quantize, output_dir, name)

@@ -7,8 +7,8 @@ The searches themselves are `decoding`'s bodies (`translate_beam`, `translate_sa
 the in-graph truncation of its ids (`prepare_ids`), the checks below and the XLA signature's
 padding of widths.
 
-A request is checked before anything is searched: each option in its range (a NaN fails every
-check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples)
+A request is checked before anything is searched: each option in its range (the decoding
+request's, `decoding.request.RANGES`: a NaN fails every check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples)
 or 16 x max_rows target positions scored, since memory grows with rows x length. A failed
 check is an InvalidArgument error naming the input and its value; the server goes on with the
 next request.
@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import translate_beam
 from keras_transformer.decoding.sampling import translate_sample
+from keras_transformer.decoding.request import RANGES
 from keras_transformer.decoding.scoring import score_ids
 from keras_transformer.decoding.search import XLA_WIDTH_STEP, trim
 from keras_transformer.errors import InputError
@@ -77,14 +78,28 @@ def rows_check(sentences, per_sentence, what, max_rows=MAX_ROWS):
                     f"{what} =", sentences, per_sentence)
 
 
+def in_range(name, value):
+    """The decoding request's range of option `name` (`decoding.request.RANGES`, declared
+    once) as a graph check of the tensor `value`; a NaN fails it. A bound beyond the dtype
+    (seed < 2**31 in int32) holds by itself and is left out."""
+    bounds = RANGES[name]
+    holds = tf.constant(True)
+    if bounds.low is not None:
+        low = tf.cast(bounds.low, value.dtype)
+        holds = tf.logical_and(holds, value > low if bounds.low_open else value >= low)
+    if bounds.high is not None and bounds.high <= value.dtype.max:
+        high = tf.cast(bounds.high, value.dtype)
+        holds = tf.logical_and(holds, value < high if bounds.high_open else value <= high)
+    return _require(holds, f"{name} must be {bounds.rule()}; got", value)
+
+
 def _check_search_options(beam_size, alpha, sentences=None, max_rows=MAX_ROWS):
     beam_size = tf.convert_to_tensor(beam_size, tf.int32)
     alpha = tf.convert_to_tensor(alpha, tf.float32)
     checks = [
-        tf.debugging.assert_greater_equal(beam_size, 1, message="beam_size must be >= 1"),
-        tf.debugging.assert_less_equal(beam_size, MAX_BEAM,
-                                       message=f"beam_size must be <= {MAX_BEAM}"),
-        tf.debugging.assert_greater_equal(alpha, 0.0, message="alpha must be >= 0"),
+        in_range("beam_size", beam_size),
+        _require(beam_size <= MAX_BEAM, f"beam_size must be <= {MAX_BEAM}; got", beam_size),
+        in_range("alpha", alpha),
     ]
     if sentences is not None:
         with tf.control_dependencies(checks):  # the rows only once beam_size is known good
@@ -94,20 +109,16 @@ def _check_search_options(beam_size, alpha, sentences=None, max_rows=MAX_ROWS):
 
 def check_sampling_options(num_samples, top_k, top_p, temperature, seed, sentences,
                            max_rows=MAX_ROWS):
-    """The sampling inputs, once each is in range (see `decoding.sampling.check_sampling`)."""
+    """The sampling inputs, once each is in the decoding request's range (`in_range`) and
+    num_samples within MAX_BEAM."""
     num_samples, top_k, seed = (tf.convert_to_tensor(v, tf.int32)
                                 for v in (num_samples, top_k, seed))
     top_p, temperature = (tf.convert_to_tensor(v, tf.float32) for v in (top_p, temperature))
-    checks = [
-        _require(num_samples >= 1, "num_samples must be >= 1; got", num_samples),
-        _require(num_samples <= MAX_BEAM, f"num_samples must be <= {MAX_BEAM}; got",
-                 num_samples),
-        _require(top_k >= 0, "top_k must be >= 0 (0: no top-k cut); got", top_k),
-        _require(tf.logical_and(top_p > 0.0, top_p <= 1.0),
-                 "top_p must be in (0, 1] (1: no nucleus cut); got", top_p),
-        _require(temperature > 0.0, "temperature must be > 0; got", temperature),
-        _require(seed >= 0, "seed must be >= 0; got", seed),
-    ]
+    values = dict(num_samples=num_samples, top_k=top_k, top_p=top_p, temperature=temperature,
+                  seed=seed)
+    checks = [in_range(name, value) for name, value in values.items()]
+    checks.append(_require(num_samples <= MAX_BEAM, f"num_samples must be <= {MAX_BEAM}; got",
+                           num_samples))
     with tf.control_dependencies(checks):
         checks.append(rows_check(sentences, num_samples, "num_samples", max_rows))
     return _checked(checks, num_samples, top_k, top_p, temperature, seed)

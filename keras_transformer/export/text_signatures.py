@@ -13,12 +13,14 @@
 `prefixes`: an empty vector (the default) means none; otherwise one string per sentence, each
 output starting with its subword tokens ("" for none), truncated to max_input_length tokens.
 Each signature is made per module, so that the defaults of its optional inputs are the
-export's (kept in the saved functions and the SignatureDefs).
+export's (kept in the saved functions and the SignatureDefs). The options' inputs, their
+dtypes and the defaults the export does not choose (sampling) come from the decoding request
+(`decoding.request`), where every option is declared once.
 """
 
 import tensorflow as tf
 
-from keras_transformer.defaults import TRANSLATION
+from keras_transformer.decoding.request import DEFAULTS, signature_input
 from keras_transformer.export.graph import (
     nbest_ids, normalize_text, sample_ids, score_target_ids, search_ids)
 from pipelines.special_ids import EOS_ID, PAD_ID
@@ -26,6 +28,18 @@ from pipelines.special_ids import EOS_ID, PAD_ID
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
 PREFIXES = tf.TensorSpec([None], tf.string, name="prefixes")
 NO_PREFIXES = ()  # the default `prefixes`: an empty vector
+
+
+def option(name):
+    """The input of a request option: a scalar TensorSpec named after it (int32 or float32,
+    `request.signature_input`)."""
+    return tf.TensorSpec([], signature_input(name)[0], name=name)
+
+
+def default(name):
+    """The request's default of option `name`, as the constant a signature defaults to."""
+    kind, value = signature_input(name)
+    return tf.constant(value, kind)
 
 
 def _with_eos(tokens):
@@ -57,8 +71,7 @@ def detokenize(module, ids):
 
 
 def serving_default(module):
-    @tf.function(input_signature=[SENTENCES, tf.TensorSpec([], tf.int32, name="beam_size"),
-                                  tf.TensorSpec([], tf.float32, name="alpha"), PREFIXES])
+    @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES])
     def serve(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string)):
         ids, empty = source_ids(module, sentences)
@@ -72,8 +85,7 @@ def serving_default(module):
 
 def translate_nbest(module):
     @tf.function(input_signature=[
-        SENTENCES, tf.TensorSpec([], tf.int32, name="beam_size"),
-        tf.TensorSpec([], tf.float32, name="alpha"),
+        SENTENCES, option("beam_size"), option("alpha"),
         tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES])
     def nbest(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
@@ -89,13 +101,11 @@ def translate_nbest(module):
 
 def sample(module):
     @tf.function(input_signature=[
-        SENTENCES, tf.TensorSpec([], tf.int32, name="num_samples"),
-        tf.TensorSpec([], tf.int32, name="top_k"), tf.TensorSpec([], tf.float32, name="top_p"),
-        tf.TensorSpec([], tf.float32, name="temperature"),
-        tf.TensorSpec([], tf.int32, name="seed"), PREFIXES])
-    def sample_fn(sentences, num_samples=tf.constant(1), top_k=tf.constant(0),
-                  top_p=tf.constant(1.0), temperature=tf.constant(1.0), seed=tf.constant(0),
-                  prefixes=tf.constant(NO_PREFIXES, tf.string)):
+        SENTENCES, option("num_samples"), option("top_k"), option("top_p"),
+        option("temperature"), option("seed"), PREFIXES])
+    def sample_fn(sentences, num_samples=default("num_samples"), top_k=default("top_k"),
+                  top_p=default("top_p"), temperature=default("temperature"),
+                  seed=default("seed"), prefixes=tf.constant(NO_PREFIXES, tf.string)):
         ids, _ = source_ids(module, sentences)
         samples, scores = sample_ids(
             module.model, ids, num_samples, top_k, top_p, temperature, seed,
@@ -112,7 +122,7 @@ def score(module):
         ids, _ = source_ids(module, sources)
         target_ids = _with_eos(module.tokenizer.tokenize(normalize_text(targets)))
         return score_target_ids(module.model, ids, target_ids, module.max_input_length,
-                                module.max_input_length + TRANSLATION.extra_length,
+                                module.max_input_length + DEFAULTS["extra_length"],
                                 module.max_rows)
 
     return score_fn

@@ -13,8 +13,9 @@ under TensorFlow and the other way round):
                           or null), "weights" (the file name), "sha256" (of the weights file),
                           "backend", "keras", "random_state" (the dropout layers' random
                           generator states, which Keras keeps out of weight files: a resumed
-                          run draws the dropout masks an uninterrupted one would)}, written
-                          after the weights file
+                          run draws the dropout masks an uninterrupted one would), "state"
+                          (where training keeps counters of its own: the early-stopping
+                          record)}, written after the weights file
 
 A checkpoint counts only when both files are there. It is damaged when its JSON does not read,
 the weights file's SHA-256 differs from the recorded one (truncated, corrupt, empty) or HDF5
@@ -52,13 +53,21 @@ _WEIGHTS_FILE = re.compile(r"ckpt-(\d+)\.weights\.h5")
 _TENSORFLOW_INDEX = re.compile(r"ckpt-(\d+)\.index")
 
 
-class Checkpoint(typing.NamedTuple):
-    """A checkpoint that was read: its path, the optimizer step and the data position saved
-    with it (None when it has none)."""
-
+class _CheckpointFields(typing.NamedTuple):
     path: str
     step: int
     data_position: typing.Optional[int]
+
+
+class Checkpoint(_CheckpointFields):
+    """A checkpoint that was read: (its path, the optimizer step, the data position saved
+    with it: None when it has none), and as `state` the training state saved with it ({} when
+    none: e.g. the early-stopping counters, `training/early_stopping.py`)."""
+
+    def __new__(cls, path, step, data_position, state=None):
+        checkpoint = super().__new__(cls, path, step, data_position)
+        checkpoint.state = dict(state or {})
+        return checkpoint
 
 
 class DamagedCheckpoint(Exception):
@@ -127,10 +136,11 @@ def _delete_step(directory, step):
         (directory / name).unlink(missing_ok=True)
 
 
-def save_checkpoint(model, directory, step, data_position=None, keep=None):
+def save_checkpoint(model, directory, step, data_position=None, keep=None, state=None):
     """Saves `model` (its weights and its compiled optimizer's variables) as
-    `directory/ckpt-STEP.weights.h5`, then its JSON; keeps the newest `keep` checkpoints
-    (None: all). A checkpoint already at `step` is replaced.
+    `directory/ckpt-STEP.weights.h5`, then its JSON (with `state`, a JSON-able dict of the
+    training's own counters, when given); keeps the newest `keep` checkpoints (None: all). A
+    checkpoint already at `step` is replaced.
 
     Returns:
         the path of the weights file.
@@ -152,7 +162,8 @@ def save_checkpoint(model, directory, step, data_position=None, keep=None):
             "weights": path.name, "sha256": digest, "backend": keras.backend.backend(),
             "keras": keras.__version__,
             "random_state": [keras.ops.convert_to_numpy(v).tolist()
-                             for v in _random_states(model)]})
+                             for v in _random_states(model)],
+            **({"state": state} if state else {})})
     except BaseException:
         path.unlink(missing_ok=True)  # a weights file without its JSON is no checkpoint
         raise
@@ -223,8 +234,9 @@ def _read_sidecar(path):
         info = json.loads(sidecar.read_text(encoding="utf-8"))
         step, position, digest = info["step"], info["data_position"], info["sha256"]
         if not (isinstance(step, int) and isinstance(digest, str)
-                and (position is None or isinstance(position, int))):
-            raise TypeError("step, data_position or sha256 has the wrong type")
+                and (position is None or isinstance(position, int))
+                and isinstance(info.get("state", {}), dict)):
+            raise TypeError("step, data_position, sha256 or state has the wrong type")
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
         raise DamagedCheckpoint(f"{sidecar.name} does not read: {type(error).__name__}: "
                                 f"{_first_line(error)}") from None
@@ -301,7 +313,7 @@ def restore_checkpoint(model, path):
     """
     info = _load(model, path, optimizer=True)
     _restore_random_states(model, info)
-    return Checkpoint(str(path), info["step"], info["data_position"])
+    return Checkpoint(str(path), info["step"], info["data_position"], info.get("state", {}))
 
 
 def restore_newest(model, directory):
@@ -316,6 +328,18 @@ def restore_newest(model, directory):
             return restore_checkpoint(model, path)
         except DamagedCheckpoint as error:
             log.warning("checkpoint %s is damaged (%s); using the one before it", path, error)
+    return None
+
+
+def newest_readable(directory):
+    """The path of the newest checkpoint of `directory` that reads (the one `restore_newest`
+    would restore, checked without loading it), or None."""
+    for path in reversed(list_checkpoints(directory)):
+        try:
+            _check(path)
+            return path
+        except DamagedCheckpoint:
+            continue
     return None
 
 

@@ -24,12 +24,15 @@ from keras_transformer.defaults import (MAX_LENGTH, SHARD_PAIRS, TRAIN_TOKENS_PE
 from keras_transformer.errors import ConfigError
 from keras_transformer.models.presets import get_preset, preset_names
 from keras_transformer.runs.settings import (FILE, FLAG, GIVEN, PRESET, Section, Settings,
-                                             fraction, positive, setting)
+                                             fraction, non_negative, positive,
+                                             setting)
 from pipelines.datasets import DATASETS
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 AUTO = "auto"  # a value resolved for this machine when the config is resolved
 STRATEGIES = ("default", "mirrored", "multiworker")
+# Dev metrics early stopping and best.keras can follow (training/early_stopping.py).
+EARLY_STOPPING_METRICS = ("loss", "bleu", "chrf")
 POSITIONAL = ("sinusoidal", "learned")
 # The learned positional table's length where the preset does not give one.
 LEARNED_POSITIONS = 512
@@ -213,9 +216,30 @@ class RunSettings(Section):
     time_limit_minutes: Optional[float] = setting(None, "stop after this much training time",
                                                   check=positive, resumable=True,
                                                   default_text="default none")
+    early_stopping_metric: str = setting(
+        "loss", "the dev metric for early stopping and best.keras: loss (every eval_steps), "
+        "or bleu or chrf of the greedy dev translation (every bleu_steps)",
+        choices=EARLY_STOPPING_METRICS)
+    early_stopping_patience: int = setting(
+        0, "stop after N evaluations without an improvement of at least "
+        "early_stopping_min_delta; 0: never", check=non_negative, resumable=True,
+        default_text="default 0: off")
+    early_stopping_min_delta: float = setting(
+        0.0, "the least change of the metric that counts as an improvement", check=non_negative,
+        resumable=True)
+    keep_best: Optional[bool] = setting(
+        None, "write best.keras (and best.json: step, metric) whenever the dev metric improves",
+        resumable=True, default_text="default on when there is a dev set")
     verbose: int = setting(1, "0 quiet, 1 a progress bar over the run's steps, 2 also Keras' "
                            "line per eval_steps and third-party logs (TensorFlow, "
                            "sentencepiece, tfds)", resumable=True, prepare=True)
+
+    def validate(self):
+        super().validate()
+        if self.early_stopping_metric != "loss" and self.bleu_steps is None:
+            raise ConfigError(f"Config key 'early_stopping_metric' {self.early_stopping_metric!r} "
+                              "follows the greedy dev translation made every bleu_steps: give "
+                              "bleu_steps (--bleu-steps N) too, or use the metric 'loss'.")
 
 
 @dataclasses.dataclass
@@ -233,6 +257,21 @@ class ParentSettings(Section):
 
 
 @dataclasses.dataclass
+class DistillationSettings(Section):
+    """Sequence-level distillation: the teachers whose translations of their training sources
+    this run trains on (tasks/distill.py records them)."""
+
+    teachers: Optional[list] = setting(None, "the teacher runs (absolute directories; several: "
+                                       "decoded as one ensemble)", flag=False)
+    teacher_config_sha256: Optional[dict] = setting(
+        None, "sha256 of the config.json of each run decoded ({run directory: sha256})",
+        flag=False)
+    teacher_decoding: Optional[dict] = setting(
+        None, "how the teachers decoded: model files, beam_size, alpha, extra_length, "
+        "precision and where each came from", flag=False)
+
+
+@dataclasses.dataclass
 class TrainConfig(Settings):
     """Everything a training run needs, by section."""
 
@@ -243,6 +282,7 @@ class TrainConfig(Settings):
     optimization: OptimizationSettings = dataclasses.field(default_factory=OptimizationSettings)
     run: RunSettings = dataclasses.field(default_factory=RunSettings)
     parent: ParentSettings = dataclasses.field(default_factory=ParentSettings)
+    distill: DistillationSettings = dataclasses.field(default_factory=DistillationSettings)
 
     @property
     def architecture(self):
@@ -373,5 +413,6 @@ def make_config(file=None, *, config_class=TrainConfig, origin=GIVEN, **override
     return config_class.from_values(values, sources)
 
 
-__all__ = ["DataSettings", "FILE", "FLAG", "ModelSettings", "OptimizationSettings",
-           "ParentSettings", "RunSettings", "TrainConfig", "load_config_file", "make_config"]
+__all__ = ["DataSettings", "DistillationSettings", "FILE", "FLAG", "ModelSettings",
+           "OptimizationSettings", "ParentSettings", "RunSettings", "TrainConfig",
+           "load_config_file", "make_config"]

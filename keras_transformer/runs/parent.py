@@ -2,8 +2,8 @@
 
     config = with_parent(make_config(init_from="runs/multi30k-en-de", dataset="text", ...))
     config.parent_model, config.parent_config_sha256     # recorded in the child's config.json
-    adopt_vocabulary(child_run, config)                  # the parent's spm.model, before data
-    initialize(model, config)                            # the parent's weights, before fit
+    config, parent = start_child(requested, resumes)   # what runs/start.py asks, once
+    parent.vocabulary, parent.model                      # checked: the parent's spm.model, weights
 
 The child is a run of its own (own directory, checkpoints, optimizer, schedule, steps) that
 has its parent's architecture and vocabulary: its new data are tokenized with the parent's
@@ -22,6 +22,7 @@ starts again from the recorded model file, after checking that the parent's conf
 still the one recorded.
 """
 
+import dataclasses
 import hashlib
 import os
 import pathlib
@@ -112,14 +113,53 @@ def _replaced(config, values, keep_source=False):
     return replaced
 
 
-def adopt_vocabulary(run, config):
-    """Gives the (new) child run its parent's vocabulary before its data are prepared, so
-    that they are tokenized with it. A run that has another vocabulary already is refused
-    (`Run.use_vocabulary`)."""
-    parent = Run(pathlib.Path(config.parent_model).parent)
-    return run.use_vocabulary(parent.tokenizer_path, {
+@dataclasses.dataclass(frozen=True)
+class ParentStart:
+    """What a child that starts now (it has no checkpoint to resume from) takes from its
+    parent, located and checked once: the model file of its weights and its vocabulary.
+
+    Attributes:
+        run: the parent `Run`.
+        model: the parent's model file that the child's weights start from.
+        vocabulary: the parent's sentencepiece model, which the child takes before its data
+            are prepared (so that they are tokenized with it).
+        vocabulary_record: what the child's vocab/spm.json says of it (the parent, sha256).
+    """
+
+    run: Run
+    model: pathlib.Path
+    vocabulary: pathlib.Path
+    vocabulary_record: dict
+
+
+def start_child(requested, resumes):
+    """The config a run trains with, and what it takes from its parent now: `requested` as
+    `with_parent` makes it, and a checked `ParentStart`, or None for a run that is no child
+    or that resumes from checkpoints of its own (`resumes()`, asked of a child only: the
+    parent is then not read again).
+
+    This is what `runs.start.RunStart` asks of this module, once, before training."""
+    config = with_parent(requested)
+    if config.init_from is None or resumes():
+        return config, None
+    parent = _recorded_parent(config)
+    return config, ParentStart(parent, pathlib.Path(config.parent_model), parent.tokenizer_path, {
         "parent": str(parent.directory),
         "sha256": hashlib.sha256(parent.tokenizer_path.read_bytes()).hexdigest()})
+
+
+def _recorded_parent(config):
+    """The parent `Run` that `config` recorded, checked: RunError when its model file is gone
+    or its config.json changed since the child recorded it."""
+    path = pathlib.Path(config.parent_model)
+    parent = Run(path.parent)
+    if not path.is_file() or not parent.is_run():
+        raise RunError(f"{path}, the parent model this run starts from, is gone: restore it, "
+                       "or train into a new output directory.")
+    if config_digest(parent) != config.parent_config_sha256:
+        raise RunError(f"{parent.config_path} changed since this run recorded it as its "
+                       "parent (another sha256): train into a new output directory.")
+    return parent
 
 
 def initialize(model, config):
@@ -131,21 +171,4 @@ def initialize(model, config):
     Returns:
         the model file the weights came from.
     """
-    path = pathlib.Path(config.parent_model)
-    parent = Run(path.parent)
-    if not path.is_file() or not parent.is_run():
-        raise RunError(f"{path}, the parent model this run starts from, is gone: restore it, "
-                       "or train into a new output directory.")
-    if config_digest(parent) != config.parent_config_sha256:
-        raise RunError(f"{parent.config_path} changed since this run recorded it as its "
-                       "parent (another sha256): train into a new output directory.")
-    weights = parent.load_model(path=path).weights
-    mismatched = [(a.path, tuple(a.shape), tuple(b.shape))
-                  for a, b in zip(weights, model.weights) if tuple(a.shape) != tuple(b.shape)]
-    if len(weights) != len(model.weights) or mismatched:
-        raise RunError(f"{path} does not fit this run's model ({len(weights)} weights against "
-                       f"{len(model.weights)}{'; ' + str(mismatched[0]) if mismatched else ''}"
-                       "): the parent's architecture or vocabulary differs.")
-    for source, target in zip(weights, model.weights):
-        target.assign(source.value)
-    return path
+    return _recorded_parent(config).assign_weights(model, config.parent_model)

@@ -19,11 +19,16 @@ Layout of a run directory (format version 2):
                         read by runs/checkpoints.py, which describes them)
     model.keras         the final weights of `train`
     averaged.keras      the weights chosen by `average` or by the main job
+    best.keras          the weights of the best dev evaluation so far (`train --keep-best`, on
+                        by default with a dev set); best.json beside it: {"step", "metric",
+                        "value"}, written after it
     decoding.json       the decoding choices made for the run (`save_decoding`): {"format_version",
                         "model" (a .keras file of the run, or null), "weights" (which weights
                         those are, e.g. "average of the last 5 checkpoints"), "beam_size",
                         "alpha", "chosen_by" (which command chose them, on which data)}; any key
                         may be absent. An ensemble keeps its own in its top directory.
+    distilled/          a student's corpus (`distill`): SPLIT.LANG files, the teacher's
+                        training sources and their translations, its dev set and references
     logs/               TensorBoard events: logs/train and logs/dev (training/tensorboard.py)
     *.json, hyp.*.txt   summaries and hypotheses that commands write
     .lock               the writers' lock (`Run.lock`): who trains, averages into or exports
@@ -44,7 +49,7 @@ import pathlib
 from keras_transformer.errors import ConfigError, RunError
 from keras_transformer.runs.checkpoints import (  # noqa: F401  (Checkpoint: restore's result)
     Checkpoint, average_checkpoints, checkpoint_step, choose_last, list_checkpoints,
-    read_data_position, restore_newest, save_checkpoint)
+    newest_readable, read_data_position, restore_newest, save_checkpoint)
 from keras_transformer.runs.choices import read_choices, save_choices
 from keras_transformer.runs.config import TrainConfig
 from pipelines.lock import FolderBusy, FolderLock
@@ -77,9 +82,12 @@ class Run:
     CONFIG = "config.json"
     MODEL = "model.keras"
     AVERAGED = "averaged.keras"
+    BEST = "best.keras"
+    BEST_RECORD = "best.json"
     DECODING = "decoding.json"
     CHECKPOINTS = "checkpoints"
     VOCABULARY = "vocab"
+    DISTILLED = "distilled"
 
     def __init__(self, directory):
         self.directory = pathlib.Path(directory)
@@ -104,6 +112,14 @@ class Run:
         return self.directory / self.AVERAGED
 
     @property
+    def best_path(self):
+        return self.directory / self.BEST
+
+    @property
+    def best_record_path(self):
+        return self.directory / self.BEST_RECORD
+
+    @property
     def decoding_path(self):
         return self.directory / self.DECODING
 
@@ -121,12 +137,20 @@ class Run:
         stay identical."""
         return self.directory / f"scratch-worker-{task_id}"
 
+    def distilled_path(self, split, lang):
+        """A file of the distilled corpus a student run trains on: distilled/SPLIT.LANG
+        (tasks/distill.py writes it)."""
+        if "/" in split or "/" in lang or not split or not lang:
+            raise ValueError(f"{split!r}.{lang!r} is not a corpus file name (split.lang).")
+        return self.directory / self.DISTILLED / f"{split}.{lang}"
+
     def logs_dir(self, name):
         return self.directory / "logs" / name
 
     def file(self, name):
         """A file that a command writes into the run (summaries, hypotheses)."""
-        if "/" in name or name in (self.CONFIG, self.MODEL, self.AVERAGED, self.DECODING):
+        if "/" in name or name in (self.CONFIG, self.MODEL, self.AVERAGED, self.DECODING,
+                                   self.BEST, self.BEST_RECORD):
             raise ValueError(f"{name!r} is not a free file name inside a run directory.")
         return self.directory / name
 
@@ -296,6 +320,40 @@ class Run:
     def has_model(self):
         return self.model_path.is_file()
 
+    def assign_weights(self, model, path):
+        """Assigns the weights of `path`, a model file of this run (read in float32), to
+        `model`, a built model of any dtype policy (mixed policies keep float32 variables).
+        RunError when they do not fit (another architecture or vocabulary)."""
+        weights = self.load_model(path=path).weights
+        mismatched = [(a.path, tuple(a.shape), tuple(b.shape))
+                      for a, b in zip(weights, model.weights) if tuple(a.shape) != tuple(b.shape)]
+        if len(weights) != len(model.weights) or mismatched:
+            raise RunError(f"{path} does not fit this run's model ({len(weights)} weights "
+                           f"against {len(model.weights)}"
+                           f"{'; ' + str(mismatched[0]) if mismatched else ''}): the "
+                           "architecture or vocabulary differs.")
+        for source, target in zip(weights, model.weights):
+            target.assign(source.value)
+        return pathlib.Path(path)
+
+    # The best model on dev (training/early_stopping.py decides when).
+    def save_best(self, model, step, metric, value):
+        """Writes best.keras (atomically), then best.json: {"step", "metric", "value"}."""
+        save_keras(model, self.best_path)
+        write_json(self.best_record_path, {"step": int(step), "metric": metric,
+                                           "value": float(value)})
+        return self.best_path
+
+    def best(self):
+        """The record of best.keras ({"step", "metric", "value"}), or None when the run has
+        none (or best.keras is missing)."""
+        if not (self.best_path.is_file() and self.best_record_path.is_file()):
+            return None
+        try:
+            return json.loads(self.best_record_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise RunError(f"{self.best_record_path} is damaged (not JSON: {error}).") from None
+
     # The decoding choices.
     def decoding(self):
         """The decoding choices saved for the run (decoding.json, runs/choices.py): a dict of
@@ -333,17 +391,23 @@ class Run:
         return self.model_file()
 
     # Checkpoints (runs/checkpoints.py reads and writes them).
-    def save_checkpoint(self, model, step, data_position=None, keep=None, directory=None):
+    def save_checkpoint(self, model, step, data_position=None, keep=None, directory=None,
+                        state=None):
         """Saves `model` and its compiled optimizer as checkpoint `step` with the data position
-        (training batches read per input pipeline) into the run's checkpoints (or
-        `directory`), keeping the newest `keep` (None: all). Returns the path."""
+        (training batches read per input pipeline) and the training `state` (a JSON-able dict)
+        into the run's checkpoints (or `directory`), keeping the newest `keep` (None: all).
+        Returns the path."""
         return save_checkpoint(model, directory or self.checkpoint_dir, step, data_position,
-                               keep)
+                               keep, state)
 
     def checkpoints(self):
         """Paths of the run's checkpoints, oldest first. RunError when the run holds
         TensorFlow-format checkpoints of keras-transformer 0.2.0 or earlier."""
         return list_checkpoints(self.checkpoint_dir)
+
+    def has_checkpoint(self):
+        """Whether the run has a checkpoint that reads (one `restore` would resume from)."""
+        return newest_readable(self.checkpoint_dir) is not None
 
     checkpoint_step = staticmethod(checkpoint_step)
     data_position = staticmethod(read_data_position)

@@ -18,8 +18,11 @@ import typing
 
 from keras_transformer.errors import ConfigError
 
-# Where a value came from, for the effective config (a value with no entry is the default).
-FLAG, FILE, PRESET, RUN, GIVEN = "flag", "file", "preset", "run", "given"
+# Where a value came from, for the effective config of training and for the decoding request
+# (`decoding.request`): one vocabulary. A value with no entry is the default (DEFAULT). RUN: the
+# run's own saved value (its config when resumed, its decoding choice in decoding.json); GIVEN:
+# an argument of a Python call.
+FLAG, FILE, PRESET, RUN, GIVEN, DEFAULT = "flag", "file", "preset", "run", "given", "default"
 
 
 def setting(default, help, *, choices=None, check=None, resumable=False, location=False,
@@ -49,8 +52,65 @@ def positive(value):
     return None if value > 0 else "must be positive"
 
 
+def non_negative(value):
+    return None if value >= 0 else "must be at least 0"
+
+
 def fraction(value):
     return None if 0.0 <= value < 1.0 else "must be in [0, 1)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """An allowed interval as data, usable as a setting's `check`: the Python check, the rule
+    said in messages and the graph checks of an export are all made from it.
+
+        Range(0, 2, low_open=True)       # in (0, 2]
+        Range(low=1)                     # at least 1
+
+    Args:
+        low, high: the bounds (None: unbounded on that side).
+        low_open, high_open: the bound itself is excluded.
+        note: what a special value means, said after the rule (e.g. "0: no top-k cut").
+    """
+
+    low: typing.Optional[float] = None
+    high: typing.Optional[float] = None
+    low_open: bool = False
+    high_open: bool = False
+    note: str = ""
+
+    def holds(self, value):
+        """Whether `value` is inside (NaN never is)."""
+        if self.low is not None and not (value > self.low if self.low_open
+                                         else value >= self.low):
+            return False
+        if self.high is not None and not (value < self.high if self.high_open
+                                          else value <= self.high):
+            return False
+        return True
+
+    def rule(self):
+        """The rule in words: "at least 1", "above 0", "in (0, 2]"."""
+        low, high = _number(self.low), _number(self.high)
+        if self.high is None:
+            text = f"above {low}" if self.low_open else f"at least {low}"
+        elif self.low is None:
+            text = f"below {high}" if self.high_open else f"at most {high}"
+        else:
+            text = (f"in {'(' if self.low_open else '['}{low}, "
+                    f"{high}{')' if self.high_open else ']'}")
+        return text + (f" ({self.note})" if self.note else "")
+
+    def __call__(self, value):
+        return None if self.holds(value) else "must be " + self.rule()
+
+
+def _number(value):
+    """A bound as people write it: 2**31 rather than 2147483648."""
+    if isinstance(value, int) and value >= 1 << 16 and value & (value - 1) == 0:
+        return f"2**{value.bit_length() - 1}"
+    return str(value)
 
 
 def _base_type(annotation):
@@ -214,15 +274,19 @@ class Settings:
 
     # -- the command line -----------------------------------------------------------------------
     @classmethod
-    def add_flags(cls, parser, prepare=False):
-        """Adds a flag per setting (those `prepare` reads, with prepare=True), each defaulting
-        to None so that `given(args)` tells what the command line set."""
+    def add_flags(cls, parser, prepare=False, skip=()):
+        """Adds a flag per setting (those `prepare` reads, with prepare=True; none for the
+        settings named in `skip`, which the command decides itself), each defaulting to None
+        so that `given(args)` tells what the command line set."""
         for name, kind in cls.sections().items():
+            fields = [(field, base) for field, base, _ in kind.declarations()
+                      if field.metadata["flag"] and field.name not in skip
+                      and (field.metadata["prepare"] or not prepare)]
+            if not fields:  # no empty group in --help
+                continue
             group = parser.add_argument_group(f"{name} settings")
-            for field, base, _ in kind.declarations():
+            for field, base in fields:
                 meta = field.metadata
-                if not meta["flag"] or (prepare and not meta["prepare"]):
-                    continue
                 default = meta["default_text"] or f"default {field.default}"
                 options = dict(default=None, help=f"{meta['help']} ({default})")
                 if base is bool:

@@ -14,7 +14,7 @@ alone, then the ensemble's length penalty. docs/results.md has the sweeps behind
 Both recipes are bounded by steps, not by the clock, so every machine trains the same recipe
 (a slower machine takes longer), in mixed_bfloat16 where the CPU has bf16 and in float32
 elsewhere (`precision: auto`). Every choice the job makes is made on val and saved in the run
-(`Run.save_decoding`), so that translate, evaluate and export decode as the job did; test2016
+(`decoding.request.save_choice`), so that translate, evaluate and export decode as the job did; test2016
 is decoded once, at the end, and only reported.
 """
 
@@ -94,6 +94,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     `source_dir` where the corpus is carried prepared (benchmarks/gpu_check.py)."""
     import keras
 
+    from keras_transformer.decoding.request import save_choice
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.evaluate import evaluate_split
     from keras_transformer.models import Ensemble
@@ -170,9 +171,9 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     summary["val_beam_sacrebleu_by_alpha"] = {str(a): v for a, v in alpha_scores.items()}
     # The run remembers the choices: translate, evaluate and export decode as the job does.
     chosen_by = f"keras-transformer demo on val (first {VAL_SENTENCES} sentences)"
-    top.save_decoding(beam_size=beam, alpha=alpha, chosen_by=chosen_by,
-                      **({"weights": chosen} if ensemble else
-                         {"weights": chosen, "model": top.averaged_path.name}))
+    save_choice(top, beam_size=beam, alpha=alpha, chosen_by=chosen_by,
+                **({"weights": chosen} if ensemble else
+                   {"weights": chosen, "model": top.averaged_path.name}))
     print(f"chosen: alpha {alpha} (saved in {top.decoding_path})", flush=True)
 
     print(f"== 3/5 test2016 with beam {beam}, alpha {alpha}", flush=True)

@@ -1,5 +1,5 @@
-"""Choices made on validation data: which weights to decode with (the final ones or an average
-of checkpoints) and the length penalty. The main job makes them; `tune` saves them in the run
+"""Choices made on validation data: which weights to decode with (the final ones, an average
+of checkpoints, or best.keras, the best dev evaluation's) and the length penalty. The main job makes them; `tune` saves them in the run
 (`Run.save_decoding`), where translate, evaluate and export find them.
 
 Only val is used: a test set is decoded once, at the end, and only reported.
@@ -22,20 +22,32 @@ def weights_label(k, every):
     return f"average of the last {k} checkpoints" + (f", {every} apart" if every > 1 else "")
 
 
+def best_label(record):
+    return (f"best.keras (dev {record['metric']} {record['value']:.4f} at step "
+            f"{record['step']})")
+
+
 def choose_weights(run, sources, references):
-    """Final weights or an average of checkpoints (AVERAGE_CANDIDATES), whichever has the best
-    greedy sacreBLEU on the given val sentences. Returns (model, label, {label: BLEU})."""
+    """Final weights, an average of checkpoints (AVERAGE_CANDIDATES) or the run's best.keras
+    (when it holds other weights than the final ones), whichever has the best greedy sacreBLEU
+    on the given val sentences. Returns (model, label, {label: BLEU})."""
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.evaluation.bleu import score
 
     config, tokenizer = run.config, run.vocabulary()
-    available = len(run.checkpoints())
+    checkpoints = run.checkpoints()
+    available = len(checkpoints)
+    candidates = [(weights_label(k, every), k, every) for k, every in AVERAGE_CANDIDATES
+                  if k == 1 or (k - 1) * every + 1 <= available]
+    record = run.best()
+    final_step = run.checkpoint_step(checkpoints[-1]) if checkpoints else None
+    if record is not None and record["step"] != final_step:  # else: the final weights
+        candidates.append((best_label(record), None, None))
     results, best = {}, None
-    for k, every in AVERAGE_CANDIDATES:
-        if k > 1 and (k - 1) * every + 1 > available:
-            continue
-        label = weights_label(k, every)
-        if k == 1:
+    for label, k, every in candidates:
+        if k is None:
+            model = run.load_model(path=run.best_path)
+        elif k == 1:
             model = run.load_model(prefer_averaged=False)
         else:
             model, _ = run.average(k, every=every)

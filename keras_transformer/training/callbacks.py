@@ -104,28 +104,35 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
             save can fall between updates: the optimizer then holds the gradients of the
             batches since the last update, and the batch count includes them.
         directory: where to save instead of the run's checkpoints (a non-chief worker's).
+        state: returns the training state to save with each checkpoint (a JSON-able dict: the
+            early-stopping counters), or None.
     """
 
     def __init__(self, run, step_fn, minutes=10.0, steps=None, keep=None, data_position=None,
-                 directory=None):
+                 directory=None, state=None):
         super().__init__()
         self.run, self.step_fn, self.data_position = run, step_fn, data_position
+        self.state = state
         self.minutes, self.steps, self.keep, self.directory = minutes, steps, keep, directory
         self.last_time = time.monotonic()
         self.last_step = None
+        self.last_state = None  # the training state saved with it
         self.last_path = None  # of the newest checkpoint this callback saved
         self.batches = 0
 
     def save(self, reason):
-        """Saves a checkpoint now, unless one was saved at this step; returns its path (or
-        None when none was saved)."""
+        """Saves a checkpoint now, unless one was saved at this step with the same training
+        state (an evaluation after the save may change it: the checkpoint is then saved
+        again); returns its path (or None when none was saved)."""
         step = self.step_fn()
-        if step == self.last_step:
+        state = self.state() if self.state else None
+        if step == self.last_step and state == self.last_state:
             return None
         position = None if self.data_position is None else self.data_position(self.batches)
         path = self.run.save_checkpoint(self.model, step, position, keep=self.keep,
-                                        directory=self.directory)
+                                        directory=self.directory, state=state)
         self.last_step, self.last_time, self.last_path = step, time.monotonic(), path
+        self.last_state = state
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
         return path
 
@@ -133,6 +140,7 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         # Nothing to save before the first update (a resumed run has its checkpoint already;
         # under accumulation the first batches leave the step at 0).
         self.last_step = self.step_fn()
+        self.last_state = self.state() if self.state else None
 
     def on_train_batch_end(self, batch, logs=None):
         self.batches += 1
@@ -233,7 +241,8 @@ class Validation(keras.callbacks.Callback):
 
 
 class DevBleu(keras.callbacks.Callback):
-    """sacreBLEU of greedy translations of the first dev sentences, every `every` steps."""
+    """sacreBLEU and chrF of greedy translations of the first dev sentences, every `every`
+    steps. `last` is (step, {"bleu", "chrf"}) of the latest pass."""
 
     def __init__(self, tokenizer, sources_text, references, every, step_fn, max_length):
         super().__init__()
@@ -241,11 +250,16 @@ class DevBleu(keras.callbacks.Callback):
         self.every, self.step_fn, self.max_length = every, step_fn, max_length
         self._translator = None
         self.history = []
+        self.last = (None, None)
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.step_fn()
         if step % self.every or (self.history and self.history[-1][0] == step):
             return
+        self.evaluate()
+
+    def evaluate(self):
+        """Translates and scores now; returns {"bleu", "chrf"}."""
         import sacrebleu
 
         from keras_transformer.decoding.translate import Translator
@@ -253,10 +267,15 @@ class DevBleu(keras.callbacks.Callback):
         if self._translator is None:
             self._translator = Translator(self.model, self.tokenizer, beam_size=1,
                                           max_input_length=self.max_length)
+        step = self.step_fn()
         hypotheses = self._translator.translate(self.sources)
         bleu = sacrebleu.corpus_bleu(hypotheses, [self.references])
+        chrf = sacrebleu.corpus_chrf(hypotheses, [self.references])
         self.history.append((step, bleu.score))
-        _say(f"step {step}: dev BLEU (greedy, {len(self.sources)} sentences) {bleu.score:.2f}")
+        self.last = (step, {"bleu": bleu.score, "chrf": chrf.score})
+        _say(f"step {step}: dev BLEU (greedy, {len(self.sources)} sentences) {bleu.score:.2f}, "
+             f"chrF {chrf.score:.2f}")
+        return self.last[1]
 
 
 class StopAt(keras.callbacks.Callback):

@@ -26,14 +26,18 @@ def on_tensorflow():
     return keras.backend.backend() == "tensorflow"
 
 
-def training_data(run, config, chief):
+def training_data(run, config, chief, adopt=None):
     """The run's prepared training data and vocabulary: `config.prepared_data` if given (a
     prepared folder, e.g. carried to a machine without the corpus), else the cache's (prepared
-    now if missing). A run that has a vocabulary keeps it; a new run takes the prepared data's.
+    now if missing). A run that has a vocabulary keeps it; a new run takes `adopt` ((a
+    sentencepiece model, its record): a fine-tuned run's parent's, `RunStart.vocabulary`)
+    before its data are prepared with it, else the prepared data's.
 
     Returns:
         (PreparedData, the run's `Vocabulary`).
     """
+    if adopt is not None and chief:
+        run.use_vocabulary(*adopt)
     if config.prepared_data:
         data = PreparedData(config.prepared_data)
         if data.statistics["max_length"] < config.max_length:

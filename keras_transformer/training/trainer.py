@@ -22,9 +22,10 @@ import time
 import keras
 
 from keras_transformer import hardware
-from keras_transformer.runs import Run, parent
+from keras_transformer.runs.start import RunStart
 from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint,
-                                                  Progress, StopAt, Validation)
+                                                  Progress, StopAt, TrainingError, Validation)
+from keras_transformer.training.early_stopping import EarlyStopping
 from keras_transformer.training.inputs import (TokenCounter, batches_per_step, dev_data,
                                                on_tensorflow, train_batches, training_data)
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
@@ -57,87 +58,72 @@ def compile_model(model, config):
     return optimizer, loss
 
 
-def train(config):
+def train(config, continue_stopped=False):
     """Runs (or resumes) training as configured. Returns a summary dict.
 
-    The Keras dtype policy is the config's while training, and the process's own again after."""
+    A run that stopped early (training/early_stopping.py) trains on only with
+    `continue_stopped` (`train --continue-stopped`). The Keras dtype policy is the config's
+    while training, and the process's own again after."""
     previous = keras.mixed_precision.global_policy()
     try:
         with contextlib.ExitStack() as held:
-            return _train(config, held)
+            return _train(config, held, continue_stopped)
     finally:
         keras.mixed_precision.set_global_policy(previous)
 
 
-def _train(config, held):
-    config = parent.with_parent(config)  # a fine-tuned run: the parent's architecture
-    run = Run(config.output_dir)
-    config = run.config_for(config)  # a new run's config, or the saved one continued
+def _train(requested, held, continue_stopped):
+    # How the run starts (new, resumed, or from a parent's weights) is decided here, once.
+    start = RunStart.decide(requested)
+    run, config = start.run, start.config
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = make_strategy(config.strategy, config.num_replicas)
     chief = is_chief(strategy)
     if chief:  # one writer per run: a second `train` (or `average`, `export`) is refused
         held.enter_context(run.lock("training", create=True))
-    if run.is_run():
-        print(f"resuming {run.directory} with its saved settings"
-              + (f" (changed: {', '.join(sorted(config.sources))})" if config.sources else ""),
-              flush=True)
-    print(config.describe(), flush=True)
+    print(start.describe(), flush=True)
     if on_tensorflow():
         print(hardware.kernel_summary(), flush=True)
     if chief:
         run.save_config(config)
 
     # Data and vocabulary: the training pairs come prepared (tokenized, sharded) from the cache.
-    if config.init_from and chief:  # tokenized with the parent's vocabulary
-        parent.adopt_vocabulary(run, config)
-    data, vocabulary = training_data(run, config, chief)
+    data, vocabulary = training_data(run, config, chief, adopt=start.vocabulary)
     if chief:
         print(describe(data), flush=True)
     dev, dev_texts = dev_data(config, run)
 
-    # Model, optimizer, checkpoints; resume from the newest readable checkpoint.
+    # Model, optimizer, dev evaluation; the initial weights: the newest readable checkpoint's,
+    # else the parent's, else the seed's.
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
         model = run.build_model()
         optimizer, loss = compile_model(model, config)
-    # Every worker resumes from the run's checkpoints; only the chief's saves are the run's.
-    restored = run.restore(model)
-    if config.init_from and not restored:
-        print(f"fine-tuning: starting from the weights of {parent.initialize(model, config)}",
-              flush=True)
-    per_step = batches_per_step(config, strategy)
-
     step_fn = _step_counter(model, optimizer)
-
-    start_step = step_fn()
-    start = 0
-    if restored:
-        # The data position (batches each input pipeline has handed over) is saved with every
-        # checkpoint: a resumed run reads on from exactly there.
-        saved = restored.data_position
-        start = start_step * per_step if saved is None else saved
-        print(f"resumed from {restored.path} at step {start_step}, training batch {start}",
-              flush=True)
+    validation = dev_bleu = None
+    if dev is not None:
+        validation = Validation(dev, loss, step_fn)
+        if config.bleu_steps:
+            dev_bleu = DevBleu(vocabulary, *dev_texts, config.bleu_steps, step_fn,
+                               config.max_length)
+    per_step = batches_per_step(config, strategy)
+    # Every worker starts from the run's checkpoints; only the chief's saves are the run's.
+    origin = start.initial_weights(model, per_step, validation)
+    start_step, position = step_fn(), origin.data_position
+    early = _early_stopping(config, run, validation, dev_bleu, step_fn, chief, origin.state)
+    summary = {"run_dir": str(run.directory), "start_step": start_step, "step": start_step}
     if start_step >= config.train_steps:
         print(f"nothing to do: step {start_step} >= train_steps {config.train_steps}")
         return {"step": start_step, "run_dir": str(run.directory)}
+    had_stopped = early.had_stopped(continue_stopped)
+    if had_stopped:
+        print(had_stopped, flush=True)
+        return dict(summary, stopped=early.reason)
     counter = TokenCounter()
-    train_data = train_batches(data, config, strategy, start, counter)
+    train_data = train_batches(data, config, strategy, position, counter)
 
-    callbacks = [NanGuard(step_fn)]
-    validation = None
-    if dev is not None:
-        validation = Validation(dev, loss, step_fn)
-        callbacks.append(validation)
-        if config.bleu_steps:
-            callbacks.append(DevBleu(vocabulary, *dev_texts, config.bleu_steps, step_fn,
-                                     config.max_length))
-    start_dev = None
-    if validation is not None and config.init_from and not restored:  # where fine-tuning starts
-        validation.set_model(model)
-        start_dev = float(validation.evaluate()["val_loss"])
-        print(f"fine-tuning: dev loss {start_dev:.3f} with the parent's weights", flush=True)
+    callbacks = [NanGuard(step_fn)] + [c for c in (validation, dev_bleu) if c is not None]
+    callbacks.append(early)  # after its evaluator, before the checkpoint that saves its counters
     stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
     multiworker = config.strategy == "multiworker"
     checkpoint_minutes = None if multiworker else config.checkpoint_minutes
@@ -145,8 +131,9 @@ def _train(config, held):
     checkpoint = PeriodicCheckpoint(
         run, step_fn, checkpoint_minutes, checkpoint_steps,
         keep=config.keep_checkpoints if chief else 1,
-        data_position=lambda batches: start + batches * per_step // config.grad_accum_steps,
-        directory=None if chief else run.worker_checkpoint_dir(task_id(strategy)))
+        data_position=lambda batches: position + batches * per_step // config.grad_accum_steps,
+        directory=None if chief else run.worker_checkpoint_dir(task_id(strategy)),
+        state=early.state)
     callbacks += [checkpoint, stop]
     # On SIGTERM/SIGINT: finish the step, checkpoint, stop (not under multiworker: see
     # training/preemption.py).
@@ -163,10 +150,15 @@ def _train(config, held):
     epochs = math.ceil(config.train_steps / config.eval_steps)
     started = time.monotonic()
     try:
-        model.fit(train_data, epochs=epochs,
-                  steps_per_epoch=config.eval_steps * config.grad_accum_steps, shuffle=False,
-                  initial_epoch=min(start_step // config.eval_steps, epochs - 1),
-                  callbacks=callbacks, verbose=2 if chief and config.verbose >= 2 else 0)
+        if early.catch_up(model):  # the evaluation the checkpoint owed stopped the run
+            checkpoint.set_model(model)
+            checkpoint.save("early stopping")
+        else:
+            model.fit(train_data, epochs=epochs,
+                      steps_per_epoch=config.eval_steps * config.grad_accum_steps,
+                      shuffle=False,
+                      initial_epoch=min(start_step // config.eval_steps, epochs - 1),
+                      callbacks=callbacks, verbose=2 if chief and config.verbose >= 2 else 0)
     except Exception as error:
         # A shard damaged while training ran reaches fit (tf.data) as an op error around our
         # message.
@@ -182,14 +174,12 @@ def _train(config, held):
     tokens = counter.count()
     step = step_fn()
     preempted = on_signal.stop() if on_signal else None
-    if preempted and step < config.train_steps:  # at train_steps, the run finishes as usual
-        raise preempted
-    summary = {"run_dir": str(run.directory), "start_step": start_step, "step": step,
-               "seconds": round(seconds, 1), "tokens": tokens,
-               "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
-               "stopped": stop.reason or "epochs done"}
-    if start_dev is not None:
-        summary["start_val_loss"] = start_dev
+    if preempted and step < config.train_steps and not early.stopped:
+        raise preempted  # at train_steps, or stopped early, the run finishes as usual
+    summary.update({"step": step, "seconds": round(seconds, 1), "tokens": tokens,
+                    "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
+                    "stopped": early.reason or stop.reason or "epochs done"})
+    summary.update(origin.summary())
     if validation is not None:
         summary.update(validation.results())  # the pass at the last epoch's end, if current
     if chief:
@@ -211,6 +201,21 @@ def tensorboard_log(run, config, step_fn, counter, callbacks):
 
     return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
                           config.describe(), find(Validation), find(DevBleu))
+
+
+def _early_stopping(config, run, validation, dev_bleu, step_fn, chief, state):
+    """The run's `EarlyStopping` (inert without a dev set, patience and keep_best), with the
+    counters of the checkpoint resumed from."""
+    keep_best = config.keep_best if config.keep_best is not None else validation is not None
+    if config.early_stopping_patience and validation is None:
+        raise TrainingError(f"early_stopping_patience {config.early_stopping_patience} needs a "
+                            f"dev set, and dataset {config.dataset!r} has none here: give "
+                            "--dev-src and --dev-tgt, or leave early stopping off.")
+    loss = config.early_stopping_metric == "loss"
+    return EarlyStopping(validation if loss else dev_bleu, config.early_stopping_metric,
+                         config.early_stopping_patience, config.early_stopping_min_delta,
+                         config.eval_steps if loss else config.bleu_steps, config.train_steps,
+                         step_fn, run, keep=chief and keep_best, state=state)
 
 
 def _step_counter(model, optimizer):

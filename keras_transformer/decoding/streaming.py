@@ -12,11 +12,12 @@ policy of `textio.BadLines`. No TensorFlow here.
 """
 
 import itertools
+import json
 import sys
 
-from keras_transformer import textio
+from keras_transformer.decoding import textio
 from keras_transformer.errors import InputError
-from keras_transformer.resumable import ResumableOutput, file_identity
+from keras_transformer.decoding.resumable import ResumableOutput, file_identity
 from pipelines.files import atomic_path
 
 # Sentences per window, in batches: the decoder sorts a window by length, so that a batch
@@ -148,3 +149,95 @@ class _Printer:
             self._handle.close()
             error = InputError("stopped")
             self._target.__exit__(type(error), error, None)
+
+
+# -- the file-level jobs of the commands -----------------------------------------------------
+def translate_file(request, input=None, output=None, log=None):
+    """Translates (or samples, `request.sample`) `input` (None: standard input) into `output`
+    (None: standard output; a file is resumable) with the engine `request` asks for, `request`
+    being a `decoding.request.Request` of a run; says on `log` what decodes. With
+    `request.prefixes` (a file line-aligned with the input) each output starts with its
+    line's prefix. With n-best or several samples, each hypothesis is a line `line<TAB>score
+    <TAB>text` (`nbest_lines`). Returns the input lines done."""
+    inputs = [input, request.prefixes] if request.prefixes else [input]
+    if request.prefixes and input:
+        aligned_counts(inputs)  # before the model loads
+    request = request.with_run()
+    engine = request.build_engine()
+    print(request.describe(), file=log or sys.stderr)
+    listed = request.nbest or (request.sample and request.num_samples > 1)
+
+    def decode_rows(rows, numbers, progress):
+        texts = [row[0] for row in rows]
+        prefixes = [row[1] for row in rows] if request.prefixes else None
+        if request.sample:
+            sampling = {**request.sampling(), "seed": window_seed(request.seed, numbers[0])}
+            results = engine.sample(texts, prefixes=prefixes, progress=progress, **sampling)
+        else:
+            results = engine.translate(texts, nbest=request.nbest, progress=progress,
+                                       prefixes=prefixes)
+        if listed:
+            return nbest_lines(results, numbers)
+        return [[r[0][0]] for r in results] if request.sample else [[t] for t in results]
+
+    # A pipe is read a batch at a time: a program that writes a line and waits for its
+    # translation is answered after batch_size lines, not after a window's.
+    window = window_size(request.batch_size) if input else request.batch_size
+    return stream_lines(decode_rows, inputs, output, window=window,
+                        identity=job_identity(request), empty=[] if listed else [""])
+
+
+def score_file(request, sources, targets, output=None, as_json=False, log=None):
+    """Scores each (source, target) pair of two line-aligned files with the engine `request`
+    asks for (`score_lines` writes them); resumable as `translate_file`. Returns the pairs
+    done."""
+    aligned_counts([sources, targets])  # before the model loads
+    request = request.with_run()
+    engine = request.build_engine()
+    print(request.describe(), file=log or sys.stderr)
+
+    def decode_rows(rows, numbers, progress):
+        results = engine.score([s for s, _ in rows], [t for _, t in rows], progress=progress)
+        return score_lines(results, as_json)
+
+    return stream_lines(decode_rows, [sources, targets], output,
+                        window=window_size(request.batch_size),
+                        identity=job_identity(request, json=as_json), empty=[""],
+                        progress_desc="scoring")
+
+
+def nbest_lines(results, numbers):
+    """`line<TAB>score<TAB>text` for each hypothesis, `line` the input line's index from 0."""
+    return [[f"{i}\t{score:.4f}\t{text}" for text, score in hypotheses]
+            for i, hypotheses in zip(numbers, results)]
+
+
+def score_lines(results, as_json):
+    """One line per pair: `log_prob<TAB>tokens<TAB>mean`, or a JSON object."""
+    if as_json:
+        return [[json.dumps({"log_prob": round(r["log_prob"], 6), "tokens": r["tokens"],
+                             "mean": round(r["mean"], 6)})] for r in results]
+    return [[f"{r['log_prob']:.4f}\t{r['tokens']}\t{r['mean']:.4f}"] for r in results]
+
+
+def window_seed(seed, first_line):
+    """The seed of the window starting at input line `first_line` (from 0): the same
+    samples for the same command, whether a run was resumed or not."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, first_line]).generate_state(1)[0] % 2 ** 31)
+
+
+def job_identity(request, **extra):
+    """What decides a job's output lines, beside its inputs: the request's values, the run,
+    the backend, the resolved precision and the weights' file identity (`extra`: more, such
+    as an output format). A partial output written with anything else is started over."""
+    import keras
+
+    weights = (request.ctranslate2_folder() / "model.bin" if request.engine == "ctranslate2"
+               else request.model_file()[0])
+    return {"command": request.command, "backend": keras.backend.backend(),
+            "options": {**request.values(), **extra},
+            "run_dir": str(request.run.directory.resolve()),
+            "precision": request.resolved_precision,
+            "weights": file_identity(weights) if weights and weights.is_file() else None}

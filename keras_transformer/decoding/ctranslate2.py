@@ -1,0 +1,157 @@
+"""The CTranslate2 engine: a folder written by `export.ct2.export_ctranslate2` run by
+CTranslate2 (OpenNMT's C++ inference engine) under the text layer of every engine
+(`engine.Engine`): the same normalization, empty lines, prefixes and results as the Keras
+engine (`Translator`). This module is the id level: sentencepiece pieces in, CTranslate2's
+`translate_batch`/`score_batch`, pieces out. The differences of CTranslate2's own search are
+in docs/export.md.
+
+    engine = CTranslate2Translator("saved_models/multi30k-en-de/ctranslate2", beam_size=4)
+    engine.translate(["A dog runs."])
+"""
+
+import json
+import os
+import pathlib
+
+from keras_transformer.decoding.engine import Engine
+from keras_transformer.decoding.request import DEFAULTS, check
+from keras_transformer.errors import InputError
+from pipelines.vocabulary import FILENAME as VOCABULARY_FILE, normalize_whitespace
+
+INSTALL_HINT = "pip install 'keras-transformer[ctranslate2]' (or pip install ctranslate2==4.8.5)"
+METADATA = "keras_transformer.json"  # what the export adds to the folder: how to feed the model
+
+
+def require_ctranslate2():
+    """The ctranslate2 module, or a one-line InputError saying how to install it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise InputError(f"The ctranslate2 package is not installed: {INSTALL_HINT}.") from None
+    return ctranslate2
+
+
+class CTranslate2Translator(Engine):
+    """Translates with an exported CTranslate2 folder, with the rules of our `Translator`.
+
+    Inputs longer than the export's max_input_length are truncated (EOS kept), and each
+    sentence may produce up to its input length + extra_length tokens with EOS (sentences of
+    equal limit are decoded together, so that each gets exactly its own limit).
+
+    Args:
+        model_dir: the folder `export_ctranslate2` wrote.
+        beam_size, batch_size, extra_length: as for `Translator`.
+        alpha: CTranslate2's length penalty, score / length^alpha (not GNMT's
+            ((5 + length) / 6)^alpha: the two rank beams a little differently).
+        device: "cpu" or "cuda".
+        compute_type: CTranslate2's ("default": the saved weights' type where the device
+            supports it).
+        threads: intra-op threads (default: every core of this machine).
+    """
+
+    NAME = "ctranslate2"
+    SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
+                          "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
+                          "num_samples", "score"})
+
+    def __init__(self, model_dir, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
+                 batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
+                 device="cpu", compute_type="default", threads=None):
+        self.ctranslate2 = require_ctranslate2()
+        import sentencepiece as spm
+
+        check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
+                   extra_length=extra_length))
+        self.model_dir = pathlib.Path(model_dir)
+        metadata_path = self.model_dir / METADATA
+        if not metadata_path.is_file():
+            raise InputError(f"{self.model_dir} is not a CTranslate2 export of keras-transformer "
+                             f"({METADATA} is missing): run keras-transformer export --format "
+                             "ctranslate2.")
+        metadata = json.loads(metadata_path.read_text(encoding="utf-8"))
+        self.max_input_length = metadata["max_input_length"]
+        self.suppressed = [[piece] for piece in metadata["suppressed"]]
+        self.beam_size, self.alpha = beam_size, alpha
+        self.batch_size, self.extra_length = batch_size, extra_length
+        self.processor = spm.SentencePieceProcessor(
+            model_file=str(self.model_dir / VOCABULARY_FILE))
+        self._engine_options = dict(device=device, compute_type=compute_type,
+                                    intra_threads=threads or os.cpu_count() or 0)
+        self.translator = self._engine()
+
+    def _engine(self):
+        return self.ctranslate2.Translator(str(self.model_dir), **self._engine_options)
+
+    def encode(self, sentences):
+        """Strings -> piece lists without EOS (CTranslate2 adds it), truncated so that with
+        EOS they fit max_input_length."""
+        pieces = self.processor.encode(list(sentences), out_type=str)
+        return [p[: self.max_input_length - 1] for p in pieces]
+
+    def encode_targets(self, sentences):
+        """Strings -> piece lists without EOS, whitespace normalized, not truncated."""
+        return self.processor.encode(
+            [normalize_whitespace(s.rstrip("\n")) if s else "" for s in sentences], out_type=str)
+
+    # -- id level (see `engine.Engine`) ------------------------------------------------------
+    def _batch_key(self, source, prefix):
+        # Our limit, max(input + extra_length, prefix) tokens before EOS: one per batch.
+        return max(len(source) + self.extra_length, len(prefix) if prefix else 0), 0
+
+    def _options(self, sources, prefixes):
+        # The limit counts the output's EOS: at most length + extra_length tokens before it,
+        # which is CTranslate2's bound on the tokens it returns for this max_decoding_length
+        # (a target prefix counts in it).
+        limit = self._batch_key(sources[0], prefixes and prefixes[0])[0]
+        return dict(target_prefix=None if prefixes is None else [p or None for p in prefixes],
+                    max_decoding_length=limit, max_input_length=0,
+                    suppress_sequences=self.suppressed, return_scores=True)
+
+    def _searcher(self, nbest):
+        def search(sources, prefixes):
+            outputs = self.translator.translate_batch(
+                sources, num_hypotheses=self.beam_size if nbest else 1,
+                beam_size=self.beam_size, length_penalty=self.alpha,
+                **self._options(sources, prefixes))
+            return [[(self.processor.decode(p), float(s))
+                     for p, s in zip(output.hypotheses, output.scores)] for output in outputs]
+
+        return search
+
+    def _sampler(self, num_samples, top_k, top_p, temperature, seed):
+        """Samples drawn by CTranslate2 (sampling_topk, sampling_topp, sampling_temperature)
+        with its random generator seeded with `seed` (the same seed gives the same samples
+        here; not ours). The scores are score_batch's, EOS included, as ours."""
+        # CTranslate2 seeds a worker thread's generator when the thread starts: a fresh
+        # translator after set_random_seed (cheap: the weights are mapped again).
+        self.ctranslate2.set_random_seed(seed)
+        sampler = self._engine()
+
+        def sample(sources, prefixes):
+            # top_k=1 draws the most likely token: CTranslate2 then returns one hypothesis.
+            outputs = sampler.translate_batch(
+                sources, num_hypotheses=1 if top_k == 1 else num_samples, beam_size=1,
+                sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature,
+                length_penalty=self.alpha, **self._options(sources, prefixes))
+            found = [output.hypotheses * (num_samples if top_k == 1 else 1)
+                     for output in outputs]
+            pairs = [(row, p) for row, hypotheses in enumerate(found) for p in hypotheses]
+            scores = iter(self.score_pieces([sources[row] for row, _ in pairs],
+                                            [p for _, p in pairs]))
+            return [[(self.processor.decode(p), float(sum(next(scores)))) for p in hypotheses]
+                    for hypotheses in found]
+
+        return sample
+
+    def _scorer(self):
+        def score(sources, targets):
+            return [(float(sum(per_token)), len(per_token))
+                    for per_token in self.score_pieces(sources, targets)]
+
+        return score
+
+    def score_pieces(self, sources, targets):
+        """Forced decoding: per-token log-probabilities of each target (EOS last)."""
+        outputs = self.translator.score_batch(sources, targets, max_input_length=0,
+                                              max_batch_size=self.batch_size) if sources else []
+        return [list(output.log_probs) for output in outputs]

@@ -1,0 +1,168 @@
+"""The engine interface: one text layer over every decoding engine.
+
+An engine translates, samples and scores text. What is the same for every engine lives here,
+once: lines are whitespace-normalized, an empty line gives an empty result without a search,
+prefixes are checked (one per sentence) and encoded, sentences are sorted by length and
+batched, results come back in input order as strings, (text, score) n-best lists or score
+dicts, and the options are checked against the decoding request's declaration
+(`decoding.request.check`). An engine overrides only the id-level methods:
+
+    encode(sentences)            -> source rows (ids or pieces), truncated, as the engine wants
+    encode_targets(sentences)    -> target rows without EOS (prefixes, scored targets)
+    _batch_key(source, prefix)   -> (group, order): sentences batch together within a group,
+                                    sorted by order (default: one group, by source length)
+    _searcher(nbest)             -> f(sources, prefixes) -> [[(text, score), ...] per row]
+    _sampler(**sampling)         -> the same for random samples
+    _scorer()                    -> f(sources, targets) -> [(log_prob, tokens) per row]
+
+An engine declares what it supports beyond the text layer in `SUPPORTS` (names of the
+request's options); asking for an option it lacks is refused by name in one place,
+`refuse_unsupported`. Word alignments (the `alignments` option) are declared and refused
+until an engine supports them: such an engine's searcher returns (text, score, alignment)
+triples, which `translate(..., alignments=True)` passes through.
+"""
+
+from keras_transformer.decoding.request import DEFAULTS, SAMPLING, check
+from keras_transformer.errors import InputError
+from pipelines.vocabulary import normalize_whitespace
+
+
+class Engine:
+    """The text layer; subclasses implement the id-level methods (see the module doc).
+
+    Attributes:
+        NAME: the engine's name ("tensorflow", "ctranslate2").
+        SUPPORTS: the request's engine options this engine takes with a non-default value.
+        batch_size: sentences per batch.
+    """
+
+    NAME = "engine"
+    SUPPORTS = frozenset()
+    batch_size = DEFAULTS["batch_size"]
+
+    @classmethod
+    def refuse_unsupported(cls, options):
+        """Refuses, naming them, the options ({name: value}) this engine does not support."""
+        lacking = [name for name in options if name not in cls.SUPPORTS]
+        if lacking:
+            other = "" if cls.NAME == "tensorflow" else "; the tensorflow engine does"
+            raise InputError(f"the {cls.NAME} engine does not support "
+                             f"{', '.join(lacking)} yet{other}.")
+
+    # -- the Python API ------------------------------------------------------------------------
+    def translate(self, sentences, nbest=False, progress=None, prefixes=None, alignments=False):
+        """Translates a list of strings; returns strings (or, with nbest, lists of
+        (translation, score) pairs, best first). Empty inputs give empty outputs.
+
+        prefixes: None, or one string per sentence ("" for none): that sentence's output
+        starts with the prefix's subword tokens and the search continues after them; the
+        prefix's log-probabilities count in the score.
+        alignments: refused until the engine supports them (see the module doc).
+        """
+        options = {"nbest": bool(nbest), "prefixes": prefixes is not None,
+                   "alignments": bool(alignments)}
+        self.refuse_unsupported([name for name, asked in options.items() if asked])
+        results = self._run(sentences, prefixes, self._searcher(nbest), progress)
+        return results if nbest else [r[0][0] for r in results]
+
+    def sample(self, sentences, prefixes=None, progress=None, **sampling):
+        """Random samples instead of the search's best: per sentence a list of num_samples
+        (translation, log P(translation | sentence)) pairs, drawn from the model's
+        distribution narrowed to its top_k tokens (0: all) and to the smallest set holding
+        top_p of the probability (1: all), at `temperature`, from `seed` (the defaults and
+        ranges: `decoding.request`). Empty inputs give [("", 0.0)]."""
+        self.refuse_unsupported(["sample"] + (["prefixes"] if prefixes is not None else []))
+        unknown = sorted(set(sampling) - set(SAMPLING))
+        if unknown:
+            raise InputError(f"unknown sampling option(s) {unknown}; the options are "
+                             f"{', '.join(SAMPLING)}.")
+        sampling = {name: sampling.get(name, DEFAULTS[name]) for name in SAMPLING}
+        check(sampling)
+        return self._run(sentences, prefixes, self._sampler(**sampling), progress)
+
+    def score(self, sources, targets, progress=None):
+        """log P(target | source) of each pair: a list of dicts {"log_prob": natural-log
+        total, "tokens": subword tokens of the target with its EOS, "mean": log_prob /
+        tokens}, in the order given, batched by length."""
+        self.refuse_unsupported(["score"])
+        if len(sources) != len(targets):
+            raise InputError(f"score needs one target per source: {len(sources)} sources, "
+                             f"{len(targets)} targets.")
+        encoded = self.encode([_normalized(s) for s in sources]) if sources else []
+        target_rows = self.encode_targets(targets) if targets else []
+        order = sorted(range(len(sources)),
+                       key=lambda i: (len(encoded[i]), len(target_rows[i])))
+        scorer, results = self._scorer(), [None] * len(sources)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start: start + self.batch_size]
+            found = scorer([encoded[i] for i in chunk], [target_rows[i] for i in chunk])
+            for i, (total, tokens) in zip(chunk, found):
+                results[i] = {"log_prob": total, "tokens": tokens, "mean": total / tokens}
+            if progress is not None:
+                progress.update(len(chunk))
+        return results
+
+    # -- the text layer ----------------------------------------------------------------------
+    def _run(self, sentences, prefixes, decode_batch, progress):
+        """Per sentence, the hypotheses `decode_batch` finds, in input order; [("", 0.0)] for
+        an empty sentence, which is not decoded."""
+        sentences = [_normalized(s) for s in sentences]
+        prefix_rows = self._prefix_rows(sentences, prefixes)
+        results = [[("", 0.0)] if not s else None for s in sentences]
+        todo = [i for i, s in enumerate(sentences) if s]
+        encoded = dict(zip(todo, self.encode([sentences[i] for i in todo]))) if todo else {}
+        keys = {i: self._batch_key(encoded[i], prefix_rows and prefix_rows[i]) for i in todo}
+        order = sorted(todo, key=lambda i: keys[i])
+        for chunk in self._chunks(order, keys):
+            found = decode_batch([encoded[i] for i in chunk],
+                                 None if prefix_rows is None else [prefix_rows[i] for i in chunk])
+            for i, hypotheses in zip(chunk, found):
+                results[i] = hypotheses
+            if progress is not None:
+                progress.update(len(chunk))
+        return results
+
+    def _prefix_rows(self, sentences, prefixes):
+        """The prefixes' rows (None when no sentence has one)."""
+        if prefixes is None:
+            return None
+        if len(prefixes) != len(sentences):
+            raise InputError(f"prefixes must give one string per sentence: {len(sentences)} "
+                             f"sentences, {len(prefixes)} prefixes.")
+        if not any(p and p.strip() for p in prefixes):
+            return None
+        return self.encode_targets([p or "" for p in prefixes])
+
+    def _chunks(self, order, keys):
+        """Up to batch_size consecutive sentences of `order` that share a group."""
+        chunk = []
+        for i in order:
+            if chunk and (len(chunk) == self.batch_size or keys[i][0] != keys[chunk[0]][0]):
+                yield chunk
+                chunk = []
+            chunk.append(i)
+        if chunk:
+            yield chunk
+
+    # -- id level: what an engine overrides ----------------------------------------------------
+    def encode(self, sentences):
+        raise NotImplementedError
+
+    def encode_targets(self, sentences):
+        raise NotImplementedError
+
+    def _batch_key(self, source, prefix):
+        return 0, len(source)
+
+    def _searcher(self, nbest):
+        raise NotImplementedError
+
+    def _sampler(self, **sampling):
+        raise NotImplementedError
+
+    def _scorer(self):
+        raise NotImplementedError
+
+
+def _normalized(text):
+    return normalize_whitespace(text.rstrip("\n"))

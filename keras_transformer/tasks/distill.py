@@ -1,0 +1,320 @@
+"""Sequence-level knowledge distillation (Kim and Rush, 2016): a teacher translates its own
+training sources, and a student trains on those translations instead of the references.
+
+    summary = distill(["runs/multi30k-en-de-full"],           # a run, or an ensemble's
+                      make_config(output_dir="runs/student"))  # the student's settings
+
+Three stages, each resumable by running the same call again:
+
+1. The corpus. The teacher's training sources (the pairs its own training read, the source
+   side) and its dev set with the references are copied into the student run
+   (`Run.distilled_path`: distilled/train.SRC, distilled/dev.SRC, distilled/dev.TGT), once.
+2. The translation. The teacher translates distilled/train.SRC into distilled/train.TGT with
+   its saved decoding choice (decoding.json: model, beam, alpha; `--beam`/`--alpha` override),
+   window by window through the resumable file job of `translate --output`
+   (`decoding.streaming`): a killed distillation goes on after the windows done and ends
+   with the same bytes as an uninterrupted one. Several teacher runs are decoded as one
+   ensemble (the mean of their probabilities, `models.Ensemble`); an ensemble assembled here
+   has no saved choice, so it decodes with the defaults unless `--beam`/`--alpha` say
+   otherwise.
+3. The training. The student is an ordinary run on dataset "text" (the files above) with its
+   own settings: the `STUDENT_PRESET` unless a preset is given, its own vocabulary of the
+   teacher's size, the teacher's languages and max_length. It trains and resumes as `train`
+   does (`training.trainer.train`).
+
+The student's config.json records the teachers (absolute directories), the sha256 of each
+decoded run's config.json and the decoding used (the `distill` section of `TrainConfig`), and is
+written before the translation starts. A student that resumes keeps that record: once its
+corpus is complete the teachers are not read again; while it is not, the teachers must still
+be the recorded ones, decoding as recorded (RunError otherwise: a corpus is made by one
+teacher).
+"""
+
+import os
+import pathlib
+import sys
+
+from keras_transformer.errors import ConfigError, RunError
+from keras_transformer.runs import EnsembleRun, Run, open_run
+from keras_transformer.runs.parent import config_digest
+
+# The student's preset when none is given: the smallest Multi30k preset (Wu et al.'s
+# Transformer-tiny: 4 + 4 layers, d_model 128, d_ff 256, 4 heads; 2.6M parameters with 10000
+# pieces), a third of the Multi30k recipe's 7.6M; small students are what distillation is for.
+STUDENT_PRESET = "multi30k-tiny"
+# What distillation decides for the student: its data are the distilled corpus in the
+# teacher's languages. No flag is generated for these; a config file that sets them is refused.
+DECIDED = ("dataset", "src_lang", "tgt_lang", "train_src", "train_tgt", "dev_src", "dev_tgt",
+           "data_dir", "source_dir", "prepared_data", "init_from", "parent_model",
+           "parent_config_sha256", "teachers", "teacher_config_sha256", "teacher_decoding")
+# What the student takes from its teacher unless given: the vocabulary's size and the longest
+# sentence (the teacher's inputs were truncated there).
+INHERITED = ("vocab_size", "max_length")
+RECORD = ("teachers", "teacher_config_sha256", "teacher_decoding")
+DISTILL = "distill"  # the source of a value distillation set, in the effective config
+JOB = "distill"  # the job's name in the translation's resumable record
+
+
+def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
+            precision=None, continue_stopped=False, log=None):
+    """Distills `teachers` into the student run `requested.output_dir`, or continues a
+    distillation stopped at any stage.
+
+    Args:
+        teachers: run directories (or ensemble directories, `runs.open_run`); several are
+            decoded together as one ensemble.
+        requested: the student's `TrainConfig` (not resolved), as `train` takes it; what
+            `DECIDED` names must not be set.
+        beam_size, alpha: the teacher's search; None: its saved choice, else the default.
+        batch_size: sentences per search batch; None: the decoding request's default.
+        precision: what the teacher's search computes in ("auto", "float32", "bfloat16");
+            None: auto. These four are checked as the decoding request checks them.
+        continue_stopped: train on a student that stopped early (`training.trainer.train`).
+        log: where progress lines go (default standard error).
+
+    Returns:
+        the training summary (`training.trainer.train`) with "corpus": the distilled files.
+    """
+    log = log or sys.stderr
+    teachers = [os.path.abspath(path) for path in teachers]
+    if not teachers:
+        raise ConfigError("distillation needs at least one teacher run.")
+    refused = sorted(key for key in DECIDED if key in requested.sources)
+    if refused:
+        raise ConfigError(f"distillation decides {', '.join(refused)} for the student (it "
+                          "trains on the teacher's translations, in the teacher's languages): "
+                          "leave them out of the config.")
+    student = Run(requested.output_dir)
+    if any(pathlib.Path(path) == student.directory.resolve() for path in teachers):
+        raise ConfigError(f"{student.directory} is a teacher: give the student another "
+                          "output directory.")
+    with student.lock("distillation", create=True):
+        saved = _saved_student(student, teachers)
+        if saved is not None and _target(student, saved).is_file():
+            print(f"distill: the corpus in {_target(student, saved).parent} is complete; "
+                  "training the student", file=log, flush=True)
+            config = student_config(requested, student, saved)
+        else:
+            job = TranslationJob(teachers, beam_size, alpha, batch_size, precision)
+            if saved is not None:
+                job.check_recorded(saved)
+            config = student_config(requested, student, saved or job.teacher.config,
+                                    job.record())
+            config = student.save_config(student.config_for(config))  # the record, first
+            copy_corpus(job.teacher.config, student, config)
+            job.translate(student, config, log)
+        corpus = {name: str(path) for name, path in corpus_files(student, config).items()}
+        from keras_transformer.training.trainer import train
+
+        summary = train(config, continue_stopped=continue_stopped)
+    return {**summary, "corpus": corpus}
+
+
+def _saved_student(student, teachers):
+    """The student's saved config when it was distilled from `teachers` before; None for a new
+    run. A run that is not a student of these teachers is refused (ConfigError)."""
+    if not student.is_run():
+        return None
+    saved = student.config
+    if saved.teachers is None:
+        raise ConfigError(f"{student.directory} is a training run that was not distilled: give "
+                          "the student a new output directory.")
+    if saved.teachers != teachers:
+        raise ConfigError(f"{student.directory} is the student of {', '.join(saved.teachers)}, "
+                          f"not of {', '.join(teachers)}: give the same teachers to continue it, "
+                          "or a new output directory.")
+    return saved
+
+
+def _target(student, config):
+    """The distilled targets file (complete once it exists)."""
+    return student.distilled_path("train", config.tgt_lang)
+
+
+def corpus_files(student, config):
+    """{name: path} of the student's corpus: train.SRC, train.TGT and, when the teacher has a
+    dev set, dev.SRC and dev.TGT."""
+    files = {"train_src": student.distilled_path("train", config.src_lang),
+             "train_tgt": _target(student, config)}
+    if config.dev_src:
+        files.update(dev_src=student.distilled_path("dev", config.src_lang),
+                     dev_tgt=student.distilled_path("dev", config.tgt_lang))
+    return files
+
+
+def student_config(requested, student, basis, record=None):
+    """The student's config: `requested` with what distillation decides (the corpus files of
+    the student run, the languages of `basis`, its vocabulary size and max_length unless
+    given, `STUDENT_PRESET` unless a preset is given) and the `record` of the teachers
+    ({teachers, teacher_config_sha256, teacher_decoding}). `basis` is the teacher's config,
+    or the student's own saved one when it resumes (whose record it keeps). Values set here
+    say so in the effective config ([distill])."""
+    from pipelines import datasets
+
+    resumed = basis.teachers is not None
+    values = {"dataset": "text", "src_lang": basis.src_lang, "tgt_lang": basis.tgt_lang}
+    files = {"train_src": student.distilled_path("train", basis.src_lang),
+             "train_tgt": student.distilled_path("train", basis.tgt_lang)}
+    has_dev = (basis.dev_src is not None if resumed
+               else datasets.has_split(basis.dataset, "dev", **basis.data_arguments()))
+    if has_dev:
+        files.update(dev_src=student.distilled_path("dev", basis.src_lang),
+                     dev_tgt=student.distilled_path("dev", basis.tgt_lang))
+    values.update({key: str(path.resolve()) for key, path in files.items()})
+    values.update({key: getattr(basis, key) for key in INHERITED
+                   if key not in requested.sources})
+    if resumed:
+        values.update({key: getattr(basis, key) for key in RECORD})
+    else:
+        values.update(record or {})
+        if "preset" not in requested.sources:
+            values["preset"] = STUDENT_PRESET
+    config = requested.replaced(**values)
+    config.sources.update(dict.fromkeys(values, DISTILL))
+    return config
+
+
+def copy_corpus(teacher_config, student, config):
+    """Copies the teacher's training sources and its dev pairs into the student run (the
+    files `corpus_files` names), each once: a file already there is the corpus and is kept
+    (the translation's resumable record knows it by its identity). Pairs are read as the
+    teacher's training read them (`pipelines.datasets.load_pairs`: pairs with an empty side
+    left out), through tf.data a chunk at a time."""
+    from pipelines import datasets
+
+    files = corpus_files(student, config)
+    jobs = [("train", files["train_src"], None)]
+    if "dev_src" in files:
+        jobs.append(("dev", files["dev_src"], files["dev_tgt"]))
+    for split, source, target in jobs:
+        if source.is_file() and (target is None or target.is_file()):
+            continue
+        pairs = datasets.load_pairs(teacher_config.dataset, split,
+                                    **teacher_config.data_arguments())
+        outputs = [path for path in (source, target) if path is not None]
+        _write_sides(pairs, outputs)
+
+
+def _write_sides(pairs, paths):
+    """Writes the source (and target) side of a tf.data dataset of string pairs to `paths`,
+    one line per pair, each file atomically."""
+    import contextlib
+
+    from pipelines.files import atomic_path
+
+    with contextlib.ExitStack() as stack:
+        handles = [stack.enter_context(open(stack.enter_context(atomic_path(path)), "w",
+                                            encoding="utf-8", newline="\n"))
+                   for path in paths]
+        for pair in pairs.as_numpy_iterator():
+            for handle, text in zip(handles, pair):
+                handle.write(text.decode("utf-8").replace("\n", " ") + "\n")
+        for handle in handles:
+            handle.close()  # before the atomic rename
+
+
+def open_teachers(teachers):
+    """The teacher to decode with: the run (or ensemble run) of one directory, or the
+    ensemble of several runs' models. RunError names a directory that is not a run."""
+    runs = []
+    for path in teachers:
+        run = open_run(path)
+        if not run.is_run():
+            raise RunError(f"teacher {path} is not a training run directory (no "
+                           f"{Run.CONFIG}) nor an ensemble's (no members/ of runs).")
+        if not run.has_model():
+            raise RunError(f"teacher {path} has no trained model ({Run.MODEL}): train it to "
+                           "the end first.")
+        runs.append(run)
+    if len(runs) == 1:
+        return runs[0]
+    members = [member for run in runs
+               for member in (run.members if isinstance(run, EnsembleRun) else [run])]
+    return AssembledEnsemble(runs[0].directory, members)
+
+
+class AssembledEnsemble(EnsembleRun):
+    """Teacher runs given together, decoded as one ensemble. It was never chosen for as a
+    whole, so it has no saved decoding choice: the defaults decode unless overridden."""
+
+    def decoding(self):
+        return {}
+
+
+class TranslationJob:
+    """The teacher translating the student's training sources: the decoding request (the
+    teacher's saved choice, or the overrides), its record for the student's config, and the
+    resumable file job of `translate --output`.
+
+    Args:
+        teachers: the teacher directories as given (absolute).
+        beam_size, alpha: overrides of the teacher's saved choice (None: the choice).
+        batch_size: sentences per search batch (None: the request's default).
+        precision: "auto", "float32" or "bfloat16" (None: auto).
+    """
+
+    def __init__(self, teachers, beam_size=None, alpha=None, batch_size=None, precision=None):
+        from keras_transformer.decoding.precision import resolve_precision
+        from keras_transformer.decoding.request import TRANSLATE, Request
+        from keras_transformer.runs.settings import GIVEN
+
+        self.teachers = teachers
+        self.teacher = teacher = open_teachers(teachers)
+        given = {name: value for name, value in (("beam_size", beam_size), ("alpha", alpha),
+                                                 ("batch_size", batch_size),
+                                                 ("precision", precision))
+                 if value is not None}
+        self.request = Request.resolve(given, GIVEN, teacher, TRANSLATE)  # checks the values
+        self.precision = resolve_precision(self.request.precision)[0]
+        runs = teacher.members if isinstance(teacher, EnsembleRun) else [teacher]
+        self.digests = {str(run.directory.resolve()): config_digest(run) for run in runs}
+        model = self.request.model_file()[0]
+        self.models = [model] if model is not None else [run.model_file() for run in runs]
+
+    def record(self):
+        """What the student's config records of the teachers (`RECORD`'s keys)."""
+        request = self.request
+        decoding = {"models": [str(path.resolve()) for path in self.models],
+                    "beam_size": request.beam_size, "alpha": float(request.alpha),
+                    "extra_length": request.extra_length, "precision": self.precision,
+                    "origins": {name: request.source(name)
+                                for name in ("model", "beam_size", "alpha")},
+                    "chosen_by": request.__dict__.get("_chosen_by")}
+        return {"teachers": list(self.teachers), "teacher_config_sha256": dict(self.digests),
+                "teacher_decoding": decoding}
+
+    def check_recorded(self, saved):
+        """RunError unless the teachers decode as the student recorded when its corpus was
+        started (the same configs, model files, beam, alpha and precision)."""
+        record = self.record()
+        for key, what in (("teacher_config_sha256", "their config.json files (sha256)"),
+                          ("teacher_decoding", "their decoding")):
+            if getattr(saved, key) != record[key]:
+                raise RunError(
+                    f"the teachers changed since {saved.output_dir} recorded them ({what}: "
+                    f"recorded {getattr(saved, key)}, now {record[key]}); its corpus is "
+                    "unfinished and must come from one teacher: decode as recorded (the same "
+                    "beam, alpha and precision), or distill into a new output directory.")
+
+    def translate(self, student, config, log):
+        """Translates the student's train.SRC into train.TGT, resumably; returns the lines."""
+        from keras_transformer.decoding.resumable import file_identity
+        from keras_transformer.decoding.streaming import job_identity, stream_lines, window_size
+
+        request = self.request
+        engine = request.build_engine()
+        print("distill: the teacher's translation of its training sources: "
+              + request.describe(), file=log, flush=True)
+
+        def decode_rows(rows, numbers, progress):
+            return [[text] for text in engine.translate([row[0] for row in rows],
+                                                        progress=progress)]
+
+        # The request's identity, and what it cannot see of an ensemble: the members' configs
+        # and weights.
+        identity = job_identity(request, job=JOB, teacher_config_sha256=self.digests,
+                                models=[file_identity(path) for path in self.models])
+        files = corpus_files(student, config)
+        return stream_lines(decode_rows, [str(files["train_src"])], str(files["train_tgt"]),
+                            window=window_size(request.batch_size), identity=identity,
+                            progress_desc="distilling")
