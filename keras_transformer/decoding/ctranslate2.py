@@ -109,14 +109,27 @@ class CTranslate2Translator(Engine):
 
     def _searcher(self, nbest):
         def search(sources, prefixes):
-            outputs = self.translator.translate_batch(
-                sources, num_hypotheses=self.beam_size if nbest else 1,
-                beam_size=self.beam_size, length_penalty=self.alpha,
-                **self._options(sources, prefixes))
-            return [[(self.processor.decode(p), float(s))
-                     for p, s in zip(output.hypotheses, output.scores)] for output in outputs]
+            return [[(self.processor.decode(p), float(s)) for p, s in hypotheses]
+                    for hypotheses in self._search_batch(sources, prefixes, nbest)]
 
         return search
+
+    def _search_batch(self, sources, prefixes, nbest):
+        outputs = self.translator.translate_batch(
+            sources, num_hypotheses=self.beam_size if nbest else 1, beam_size=self.beam_size,
+            length_penalty=self.alpha, **self._options(sources, prefixes))
+        return [list(zip(output.hypotheses, output.scores)) for output in outputs]
+
+    def translate_pieces(self, pieces, nbest=False):
+        """The search without the text layer (benchmarks): piece lists (no EOS) -> per row
+        [(pieces, score)], best first, batched as `translate` batches."""
+        keys = {i: self._batch_key(row, None) for i, row in enumerate(pieces)}
+        results = [None] * len(pieces)
+        for chunk in self._chunks(sorted(keys, key=keys.get), keys):
+            found = self._search_batch([pieces[i] for i in chunk], None, nbest)
+            for i, hypotheses in zip(chunk, found):
+                results[i] = hypotheses
+        return results
 
     def _sampler(self, num_samples, top_k, top_p, temperature, seed):
         """Samples drawn by CTranslate2 (sampling_topk, sampling_topp, sampling_temperature)
