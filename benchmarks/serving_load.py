@@ -168,7 +168,7 @@ def engine_answer(engine, paths):
                     [float(s) for s in result["scores"]])
 
         return answer
-    from keras_transformer.export.ct2 import CTranslate2Translator
+    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
 
     translator = CTranslate2Translator(paths["ctranslate2"])
     return lambda sentences: (translator.translate(sentences), None)

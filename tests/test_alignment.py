@@ -251,7 +251,8 @@ def test_digit_alignments_are_the_diagonal(digit_run, tmp_path):
 
     # CTranslate2, exported with the same layer and heads, links the same words.
     pytest.importorskip("ctranslate2")
-    from keras_transformer.export.ct2 import CTranslate2Translator, export_ctranslate2
+    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
+    from keras_transformer.export.ct2 import export_ctranslate2
 
     folder = export_ctranslate2(model, run.tokenizer(), tmp_path / "ct2",
                                 max_input_length=run.config.max_length)
