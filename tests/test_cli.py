@@ -29,6 +29,8 @@ def test_verbosity_is_read_from_the_parsed_arguments(argv, shows):
 
 CONSOLE = """
 import json, os, sys
+import keras_transformer_command  # as the command starts: the package waits to register
+keras_transformer_command.waiting = True
 from keras_transformer.cli import console
 before = os.fstat(2)
 console.setup(show_native_logs={show})
