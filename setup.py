@@ -40,9 +40,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["keras_transformer", "keras_transformer.*", "pipelines", "pipelines.*"]),
+    py_modules=["keras_transformer_command"],  # the command's entry point (see its docstring)
     python_requires=">=3.10,<3.13",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
-    entry_points={"console_scripts": ["keras-transformer=keras_transformer.cli:console_main"]},
+    entry_points={"console_scripts": ["keras-transformer=keras_transformer_command:main"]},
     license="Apache-2.0",
 )

@@ -48,9 +48,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
-from keras_transformer.decoding.beam_search import beam_search  # noqa: E402
+from keras_transformer.decoding.beam_search import translate_beam  # noqa: E402
 from keras_transformer.decoding.precision import cast_model  # noqa: E402
-from keras_transformer.decoding.search import greedy_search, model_step  # noqa: E402
+from keras_transformer.decoding.search import translate_greedy  # noqa: E402
 from pipelines.special_ids import EOS_ID  # noqa: E402
 
 
@@ -88,13 +88,11 @@ def search_function(model, args):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)],
                  jit_compile=args.xla or None)
     def search(source_ids):
-        limits = tf.fill([tf.shape(source_ids)[0]], args.out_len)
-        step_fn, state, limits, steps = model_step(model, source_ids, args.beam, args.out_len,
-                                                   limits=limits)
+        # Every output exactly out-len tokens: static shapes, nothing to trim.
+        lengths = dict(max_output_length=args.out_len, min_length=args.out_len, static=True)
         if args.beam == 1:
-            return greedy_search(step_fn, state, limits, steps, min_length=args.out_len)[0]
-        return beam_search(step_fn, state, limits, args.beam, 0.6, steps,
-                           min_length=args.out_len)["ids"][:, 0]
+            return translate_greedy(model, source_ids, **lengths)["ids"][:, 0]
+        return translate_beam(model, source_ids, args.beam, 0.6, **lengths)["ids"][:, 0]
 
     return search
 

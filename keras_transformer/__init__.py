@@ -23,15 +23,51 @@ the floors before it:
 `pipelines` (input pipelines, the tokenizer, the dataset registry) sits below all of them and
 knows nothing of the model.
 
-This module only names things: the names below are imported when first used (as Keras and
-KerasHub do), so that `import keras_transformer` sets no environment variable, touches no file
-descriptor and imports no framework, and `import keras_transformer.layers` imports the layers
-alone. The `keras-transformer` command sets up its console itself (`console.setup`).
+Importing the package registers every class a saved model or run names (the model, the
+layers, the loss, the schedule, the optimizer, the metrics, the ensemble) with Keras, as
+`import keras_hub` does, so that after `import keras, keras_transformer`
+
+    model = keras.models.load_model("runs/multi30k-en-de-quick/model.keras")
+
+loads a run's model.keras or averaged.keras, compiled or not, with `safe_mode=True`, on
+TensorFlow and JAX. Keras finds a custom class only in its registry (it imports the module a
+saved config names only for its own packages), so the registering modules are imported here:
+`layers`, `models.transformer`, `models.ensemble` and the loss, schedule, optimizer and
+metrics of `training` (not the trainer, `export`, `pipelines` or any data code: the model
+reads its padding id from `pipelines.special_ids`, five constants). This imports Keras and
+its backend, and nothing more: the package itself sets no environment variable, touches no
+file descriptor and installs no import hook (Keras and TensorFlow set a few variables of
+their own when they load). The other names below are imported when first used.
+
+The `keras-transformer` command sets up its console before TensorFlow loads (TensorFlow reads
+its settings then), so its entry point (`keras_transformer_command`, beside the package)
+asks the package to wait: while it builds its parser, `import keras_transformer` registers
+nothing, and `cli.main` calls `register()` once the console is set up.
 """
 
 import importlib
+import sys
 
 __version__ = "0.2.0"
+
+# The modules whose classes a saved model, a compiled model or a run names; importing one
+# registers its classes (`@keras.saving.register_keras_serializable`).
+REGISTERING_MODULES = (
+    "keras_transformer.layers",
+    "keras_transformer.models.transformer",
+    "keras_transformer.models.ensemble",
+    "keras_transformer.training.loss",
+    "keras_transformer.training.schedule",
+    "keras_transformer.training.optimizer",
+    "keras_transformer.training.metrics",
+)
+
+
+def register():
+    """Registers the package's saveable classes with Keras (importing the package does it,
+    except while the command line builds its parser). Idempotent."""
+    for module in REGISTERING_MODULES:
+        importlib.import_module(module)
 
 # name -> the module that defines it
 _LAZY = {
@@ -40,14 +76,17 @@ _LAZY = {
     "get_preset": "keras_transformer.models",
     "preset_names": "keras_transformer.models",
     "PAD_ID": "keras_transformer.models",
+    "Ensemble": "keras_transformer.models",
+    "FusedAdam": "keras_transformer.training.optimizer",
     "LabelSmoothedCrossEntropy": "keras_transformer.training.loss",
     "Perplexity": "keras_transformer.training.metrics",
     "TokenAccuracy": "keras_transformer.training.metrics",
     "TransformerSchedule": "keras_transformer.training.schedule",
 }
 
-__all__ = ["LabelSmoothedCrossEntropy", "PAD_ID", "PRESETS", "Perplexity", "TokenAccuracy",
-           "Transformer", "TransformerSchedule", "get_preset", "layers", "preset_names"]
+__all__ = ["Ensemble", "FusedAdam", "LabelSmoothedCrossEntropy", "PAD_ID", "PRESETS",
+           "Perplexity", "TokenAccuracy", "Transformer", "TransformerSchedule", "get_preset",
+           "layers", "preset_names", "register"]
 
 
 def __getattr__(name):
@@ -63,3 +102,8 @@ def __getattr__(name):
 
 def __dir__():
     return sorted(set(globals()) | set(__all__))
+
+
+# The command's entry point sets `waiting` while it builds its parser (see the docstring).
+if not getattr(sys.modules.get("keras_transformer_command"), "waiting", False):
+    register()

@@ -73,14 +73,16 @@ def toy_corpus(tmp_path_factory):
 
 
 def toy_config(corpus, output_dir, **overrides):
-    """The config of a tiny run on the toy corpus (checkpoints every 10 steps)."""
+    """The config of a tiny run on the toy corpus (checkpoints and dev loss every 10 steps,
+    TensorBoard points every 5)."""
     from keras_transformer.runs import make_config
 
     settings = dict(
         preset=RUNTIME_PRESET, dataset="text", train_src=str(corpus["train.src"]),
         train_tgt=str(corpus["train.tgt"]), dev_src=str(corpus["dev.src"]),
         dev_tgt=str(corpus["dev.tgt"]), vocab_size=400, tokens_per_batch=256, max_length=32,
-        warmup_steps=50, train_steps=20, checkpoint_steps=10, eval_steps=10, verbose=0,
+        warmup_steps=50, train_steps=20, checkpoint_steps=10, eval_steps=10, log_steps=5,
+        verbose=0,
         precision="float32", output_dir=str(output_dir))  # the same numbers on every CPU class
     return make_config(**{**settings, **overrides})
 

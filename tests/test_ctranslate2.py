@@ -114,14 +114,14 @@ def test_a_missing_export_or_package_is_one_line_saying_what_to_do(tiny_run, tmp
 
 def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
     # Without the package (hidden from the import system), export says how to install it. The
-    # subprocess is the command as a user starts it (`console_main`: native logs hidden before
-    # TensorFlow loads), with TensorFlow's own notices not filtered and oneDNN on (its "...
-    # round-off errors ..." notice is printed on every CPU class then).
-    argv = ["export", "--run-dir", str(tiny_run), "--format", "ctranslate2", "--output-dir",
-            str(tmp_path)]
+    # subprocess is the command as a user starts it (`keras_transformer_command.main`: native
+    # logs hidden before TensorFlow loads), with TensorFlow's own notices not filtered and
+    # oneDNN on (its "... round-off errors ..." notice is printed on every CPU class then).
+    argv = ["keras-transformer", "export", "--run-dir", str(tiny_run), "--format",
+            "ctranslate2", "--output-dir", str(tmp_path)]
     code = ("import sys; sys.modules['ctranslate2'] = None; "
-            "from keras_transformer import cli; "
-            f"sys.exit(cli.main({argv!r}, own_console=True))")
+            f"sys.argv = {argv!r}; "
+            "import keras_transformer_command; keras_transformer_command.main()")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TF_ENABLE_ONEDNN_OPTS="1")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300, env=env)

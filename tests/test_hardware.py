@@ -34,8 +34,12 @@ def test_onednn_default_follows_the_class_unless_the_user_set_it(monkeypatch):
 
 # The command, in a fresh process: what the environment holds and whether TensorFlow was
 # loaded when the console was set up (TensorFlow reads TF_ENABLE_ONEDNN_OPTS when it loads).
+# The spies are set while the entry point's `waiting` holds the package's registration back,
+# as `keras_transformer_command.main` does while it imports the command line.
 COMMAND = """
 import json, os, sys
+import keras_transformer_command
+keras_transformer_command.waiting = True
 from keras_transformer import cli, console
 from keras_transformer.cli import models
 seen = {}
@@ -46,7 +50,8 @@ def spy(show_native_logs, own_console=True):
 console.setup = spy
 models.presets = lambda args: print(json.dumps([os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
                                                 seen["tensorflow_loaded"]]))
-sys.exit(cli.main(["presets"], own_console=True))
+sys.argv = ["keras-transformer", "presets"]
+keras_transformer_command.main()
 """
 
 

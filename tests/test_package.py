@@ -6,30 +6,65 @@ import sys
 
 import pytest
 
-# Runs in a fresh interpreter: prints what the import changed.
-IMPORT_PACKAGE = """
+# Runs in a fresh interpreter: prints what importing MODULE changed beyond what importing Keras
+# (and its backend) does by itself (TensorFlow sets a few variables and an absl import
+# detector of its own), and which of our modules it loaded.
+IMPORT = """
 import json, os, sys
-environ, meta_path = dict(os.environ), list(sys.meta_path)
+import keras
+environ, meta_path, hooks = dict(os.environ), list(sys.meta_path), list(sys.path_hooks)
 fd2 = os.fstat(2)
-import keras_transformer
+import MODULE
 after = os.fstat(2)
 print(json.dumps({
     "environ": {k: v for k, v in os.environ.items() if environ.get(k) != v},
     "removed": sorted(set(environ) - set(os.environ)),
     "meta_path": [repr(f) for f in sys.meta_path if f not in meta_path],
+    "path_hooks": [repr(f) for f in sys.path_hooks if f not in hooks],
     "fd2": [fd2.st_dev, fd2.st_ino] == [after.st_dev, after.st_ino],
     "stderr": sys.stderr is sys.__stderr__,
-    "modules": sorted(m for m in sys.modules if m.startswith(("keras", "tensorflow", "jax"))
-                      and m != "keras_transformer"),
+    "registered": sorted(name for name in keras.saving.get_custom_objects()
+                         if name.startswith("keras_transformer>")),
+    "modules": sorted(m for m in sys.modules if m.startswith(("keras_transformer", "pipelines",
+                                                               "tensorflow"))),
 }))
 """
 
-IMPORT_LAYERS = """
-import json, sys
-import keras_transformer.layers
-print(json.dumps(sorted(m for m in sys.modules if m.startswith(
-    ("keras_transformer.training", "keras_transformer.export", "pipelines")))))
-"""
+# What importing the package may load: the registering modules and what they import.
+NOT_LOADED = ("keras_transformer.training.trainer", "keras_transformer.training.callbacks",
+              "keras_transformer.training.inputs", "keras_transformer.training.strategy",
+              "keras_transformer.training.preemption", "keras_transformer.training.tensorboard",
+              "keras_transformer.export", "keras_transformer.runs", "keras_transformer.cli",
+              "keras_transformer.decoding", "keras_transformer.tasks")
+PIPELINE_CONSTANTS = {"pipelines", "pipelines.special_ids"}  # the padding id: five constants
+
+# Every class a saved model, a compiled model or a run names.
+SAVEABLE = {"Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "Ensemble", "FusedAdam",
+            "LabelSmoothedCrossEntropy", "LearnedPositionalEmbedding", "MultiHeadAttention",
+            "Perplexity", "PositionwiseFeedForward", "ResidualConnection",
+            "ScaledDotProductAttention", "ScaledEmbedding", "SinusoidalPositionalEncoding",
+            "TokenAccuracy", "Transformer", "TransformerSchedule"}
+
+
+def _import_changes(module, backend="tensorflow"):
+    # Without the variables the old package set, so that a setdefault would show.
+    environ = {k: v for k, v in __import__("os").environ.items()
+               if k not in ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL")}
+    result = subprocess.run([sys.executable, "-c", IMPORT.replace("MODULE", module)],
+                            capture_output=True, text=True,
+                            env={**environ, "KERAS_BACKEND": backend})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _assert_no_side_effects(changes):
+    assert changes["environ"] == {} and changes["removed"] == []
+    assert changes["meta_path"] == [] and changes["path_hooks"] == []
+    assert changes["fd2"] and changes["stderr"]
+    heavy = [m for m in changes["modules"]
+             if m.startswith(NOT_LOADED) or (m.startswith("pipelines")
+                                              and m not in PIPELINE_CONSTANTS)]
+    assert heavy == []  # no trainer, export, run, data or command module
 
 
 def _python(code, **environ):
@@ -41,22 +76,21 @@ def _python(code, **environ):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_importing_the_package_changes_nothing():
-    # Without the variables the old package set, so that a setdefault would show.
-    environ = {k: v for k, v in __import__("os").environ.items()
-               if k not in ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL")}
-    result = subprocess.run([sys.executable, "-c", IMPORT_PACKAGE], capture_output=True,
-                            text=True, env=environ)
-    assert result.returncode == 0, result.stderr[-3000:]
-    changes = json.loads(result.stdout.strip().splitlines()[-1])
-    assert changes["environ"] == {} and changes["removed"] == []
-    assert changes["meta_path"] == []
-    assert changes["fd2"] and changes["stderr"]
-    assert changes["modules"] == []  # no framework, no submodule
+def test_importing_the_package_registers_every_saveable_class_and_changes_nothing():
+    # `import keras_transformer.layers` runs the package's __init__ first: one interpreter
+    # checks both imports.
+    changes = _import_changes("keras_transformer; import keras_transformer.layers")
+    _assert_no_side_effects(changes)
+    assert {name.split(">")[1] for name in changes["registered"]} == SAVEABLE
 
 
-def test_the_layers_import_no_training_export_or_pipeline_module():
-    assert _python(IMPORT_LAYERS) == []
+def test_on_jax_the_package_imports_no_tensorflow():
+    pytest.importorskip("jax")
+    changes = _import_changes("keras_transformer; import keras_transformer.layers",
+                              backend="jax")
+    _assert_no_side_effects(changes)
+    assert {name.split(">")[1] for name in changes["registered"]} == SAVEABLE
+    assert [m for m in changes["modules"] if m.startswith("tensorflow")] == []
 
 
 def test_the_package_names_its_public_api_lazily():
@@ -67,6 +101,8 @@ def test_the_package_names_its_public_api_lazily():
     assert keras_transformer.Transformer is Transformer
     assert keras_transformer.PRESETS is PRESETS
     assert keras_transformer.LabelSmoothedCrossEntropy is LabelSmoothedCrossEntropy
+    assert keras_transformer.FusedAdam.__name__ == "FusedAdam"
+    assert keras_transformer.Ensemble.__name__ == "Ensemble"
     assert keras_transformer.__version__
     assert set(keras_transformer.__all__) <= set(dir(keras_transformer))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
@@ -89,17 +125,35 @@ def test_a_saved_model_loads_in_a_fresh_interpreter(tmp_path):
 
 
 def test_the_command_line_builds_without_heavy_imports():
-    # (cli.train is left out while runs.config imports keras_transformer.models, whose
-    # __init__ imports Keras.)
+    # The command as it is installed (keras_transformer_command.main): `--help` exits while
+    # parsing, before the console is set up and the package registers its classes with Keras.
     code = """
-import argparse, json, sys
-from keras_transformer.cli import decode, demo, export, models
-commands = argparse.ArgumentParser().add_subparsers()
-for family in (models, export, decode, demo):
-    family.register(commands)
-for parser in commands.choices.values():
-    parser.format_help()
-print(json.dumps(sorted(m for m in sys.modules
-                        if m.split(".")[0] in ("tensorflow", "keras", "jax", "torch"))))
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(
+    m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras", "jax", "torch")))))
+sys.argv = ["keras-transformer", "--help"]
+import keras_transformer_command
+keras_transformer_command.main()
 """
     assert _python(code) == []
+
+
+@pytest.mark.slow
+def test_the_command_registers_the_classes_once_its_console_is_set_up():
+    # `params` runs after the console is set up: by then the package has registered.
+    code = """
+import atexit, json, os, sys
+atexit.register(lambda: print(json.dumps([os.environ.get("TF_CPP_MIN_LOG_LEVEL"), sorted(
+    n for n in __import__("keras").saving.get_custom_objects() if n.startswith("keras_t"))])))
+sys.argv = ["keras-transformer", "params", "--preset", "base", "--vocab-size", "100"]
+import keras_transformer_command
+keras_transformer_command.main()
+"""
+    environ = {k: v for k, v in __import__("os").environ.items()
+               if k not in ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=environ)
+    assert result.returncode == 0, result.stderr[-3000:]
+    level, registered = json.loads(result.stdout.strip().splitlines()[-1])
+    assert level == "2"  # the command's default, set before TensorFlow loaded (it sets 1)
+    assert {name.split(">")[1] for name in registered} == SAVEABLE

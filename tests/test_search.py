@@ -1,4 +1,6 @@
+import ast
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -12,10 +14,12 @@ from keras_transformer.decoding.beam_search import (
     translate_beam,
 )
 from keras_transformer.decoding.search import (
+    NEG_INF,
     compiled_greedy_search,
+    eos_for_empty_rows,
     greedy_search,
     model_step,
-    static_max_length,
+    translate_greedy,
     trim,
 )
 from pipelines.special_ids import EOS_ID
@@ -193,21 +197,70 @@ def test_static_shapes_find_what_dynamic_shapes_find(model):
 
     @tf.function
     def static(source_ids):
-        step_fn, state, limits, max_length = model_step(
-            model, source_ids, 4, static_max_length(source_ids, 50))
-        result = beam_search(step_fn, state, limits, 4, 0.6, max_length)
-        greedy = greedy_search(*model_step(model, source_ids, 1, static_max_length(
-            source_ids, 50)), keep_width=True)
-        return result, greedy
+        return (translate_beam(model, source_ids, 4, 0.6, static=True),
+                translate_greedy(model, source_ids, static=True))
 
-    result, (greedy_ids, greedy_scores) = static(src)
-    assert result["ids"].shape[-1] == greedy_ids.shape[-1] == src.shape[1] + 50
+    result, greedy = static(src)
+    assert result["ids"].shape[-1] == greedy["ids"].shape[-1] == src.shape[1] + 50
     expected = compiled_beam_search(model, 4, alpha=0.6)(src)
     np.testing.assert_array_equal(trim(result["ids"].numpy()), expected["ids"].numpy())
     np.testing.assert_allclose(result["scores"], expected["scores"], rtol=1e-5, atol=1e-5)
     expected_ids, expected_scores = compiled_greedy_search(model)(src)
-    np.testing.assert_array_equal(trim(greedy_ids.numpy()), expected_ids.numpy())
-    np.testing.assert_allclose(greedy_scores, expected_scores, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(trim(greedy["ids"][:, 0].numpy()), expected_ids.numpy())
+    np.testing.assert_allclose(greedy["scores"][:, 0], expected_scores, rtol=1e-5, atol=1e-5)
+
+
+def test_empty_rows_get_eos_alone_first_and_nothing_after():
+    result = {"ids": tf.constant([[[5, 6, 2], [5, 2, 0]], [[7, 2, 0], [8, 9, 2]]]),
+              "scores": tf.constant([[-1.0, -2.0], [-3.0, -4.0]]),
+              "log_probs": tf.constant([[-1.5, -2.5], [-3.5, -4.5]])}
+    out = eos_for_empty_rows(result, tf.constant([False, True]))
+    np.testing.assert_array_equal(out["ids"], [[[5, 6, 2], [5, 2, 0]], [[2, 0, 0], [0, 0, 0]]])
+    for key in ("scores", "log_probs"):
+        np.testing.assert_array_equal(out[key][0], result[key][0])
+        np.testing.assert_array_equal(out[key][1], [0.0, NEG_INF])
+    # A search of 0 columns still gets one, for the EOS.
+    none = eos_for_empty_rows({"ids": tf.zeros([1, 1, 0], tf.int32),
+                               "scores": tf.zeros([1, 1])}, tf.constant([True]))
+    np.testing.assert_array_equal(none["ids"], [[[EOS_ID]]])
+
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# What the search bodies are made of: callers outside decoding/ use the bodies instead.
+SEARCH_INTERNALS = {"NEG_INF", "tile_beams", "static_max_length", "model_step", "prefixed_step",
+                    "pick_search", "greedy_search", "beam_search", "prefix_forcing",
+                    "mask_special_tokens", "output_limits", "finish", "with_optional_prefix",
+                    "RandomSampler", "token_log_probs"}
+
+
+def python_files(*folders):
+    return sorted(p for folder in folders for p in (ROOT / folder).rglob("*.py"))
+
+
+def test_only_decoding_runs_the_search_loops():
+    calls = []
+    for path in python_files("keras_transformer", "benchmarks"):
+        if path.parent.name == "decoding":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", getattr(node.func, "attr", None))
+                if name in ("beam_search", "greedy_search"):
+                    calls.append(f"{path.relative_to(ROOT)}:{node.lineno} {name}(")
+    assert not calls, calls
+
+
+def test_export_imports_only_public_names_of_decoding():
+    imported = []
+    for path in python_files("keras_transformer/export"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                    "keras_transformer.decoding"):
+                imported += [(path.name, alias.name) for alias in node.names]
+    assert imported, "the check found no import at all"
+    internal = [(file, name) for file, name in imported
+                if name.startswith("_") or name in SEARCH_INTERNALS]
+    assert not internal, internal
 
 
 def test_trim_drops_the_trailing_padding_columns_of_tensors_and_arrays():

@@ -15,7 +15,9 @@
 Each module's `register(commands)` adds its parsers, each with `set_defaults(run=function)`;
 a command function calls the library and prints. Nothing heavy is imported to build the
 parser, so `--help` is fast, and the console is set up (`console.setup`) from the parsed
-arguments before anything imports TensorFlow.
+arguments before anything imports TensorFlow: the command's entry point
+(`keras_transformer_command`, beside the package) imports the package without its Keras
+registration, which `main` does after the console is set up.
 
 Exit status: 0 done; 2 a user error (bad input, bad config, a missing or damaged file, no
 space left, a run another process writes), told in one line; 75 (EX_TEMPFAIL) `train` stopped
@@ -74,7 +76,9 @@ def shows_native_logs(args):
 
 def console_main():
     """The `keras-transformer` command: the console is the command's (third-party logs hidden
-    unless --verbose, see `keras_transformer.console`)."""
+    unless --verbose, see `keras_transformer.console`). The installed command enters through
+    `keras_transformer_command.main`, which gets here before the package imports TensorFlow;
+    a process that has already imported the package has TensorFlow's start-up notices."""
     sys.exit(main(own_console=True))
 
 
@@ -87,6 +91,9 @@ def main(argv=None, own_console=False):
     """
     args = build_parser().parse_args(argv)
     console.setup(shows_native_logs(args), own_console=own_console)
+    import keras_transformer
+
+    keras_transformer.register()  # the saved classes (deferred by the command's entry point)
     debug = args.debug or bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))
     from keras_transformer.errors import UserError
     from pipelines.errors import DataError, NoSpaceError

@@ -15,14 +15,18 @@ caches) to follow their parents. A sentence is done when its best alive hypothes
 the largest length penalty it could still reach, cannot beat the lowest finished score in its
 pool, or when it reaches its maximum length (EOS is forced there). The loop ends when every
 sentence is done.
+
+`translate_beam` is this mode's one body on a model (prefix, n-best and empty-row rules
+inside); `Translator` (through `compiled_beam_search`), the SavedModel signatures and the TFLite
+graph all run it.
 """
 
 import numpy as np
 from keras import ops, tree
 
 from keras_transformer.decoding.search import (  # noqa: F401  (trim: re-exported)
-    EXTRA_LENGTH, NEG_INF, compile_search, mask_special_tokens, prefix_forcing, prefixed_step,
-    trim)
+    EXTRA_LENGTH, NEG_INF, compile_search, finish, mask_special_tokens, prefix_forcing,
+    prefixed_step, trim, with_optional_prefix)
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
 
@@ -152,15 +156,45 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
 
 
 def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
-                   cached=True, extra_length=EXTRA_LENGTH, prefix=None):
-    """Beam search of `model` on (B, S) source ids [and (B, P) prefix ids]; returns the
-    `beam_search` dict, trimmed (eagerly, or inside a TensorFlow graph; `compiled_beam_search`
-    compiles it)."""
-    step_fn, state, limits, max_length = prefixed_step(
-        model, source_ids, beam_size, False, prefix, cached=cached, extra_length=extra_length)
-    result = beam_search(step_fn, state, limits, beam_size, alpha, max_length, prefix=prefix)
-    result["ids"] = trim(result["ids"])
-    return result
+                   *, prefix=None, num_hypotheses=None, empty_rows=None, static=False,
+                   optional_prefix=False, cached=True, extra_length=EXTRA_LENGTH,
+                   max_output_length=None, min_length=None):
+    """Beam search of `model`: the one body of this mode (see `search`'s module docstring).
+
+    Args:
+        model: a `Transformer` or an `Ensemble`.
+        source_ids: (B, S) int32, EOS-terminated, 0-padded.
+        beam_size, alpha: Python values, or scalar tensors on TensorFlow (a signature's
+            inputs).
+        prefix: (B, P) int32 target tokens every hypothesis of sentence b starts with
+            (0-padded; a row of zeros is no prefix).
+        num_hypotheses: keep the best num_hypotheses (<= beam_size) of each beam (default:
+            the whole beam).
+        empty_rows: (B,) bool, rows whose first hypothesis is EOS alone with score 0 and whose
+            others are empty with score NEG_INF (`search.eos_for_empty_rows`).
+        static: keep every shape static (XLA, JAX): the ids are left untrimmed.
+        optional_prefix: the prefix may hold no token at all (a request without prefixes):
+            the search then runs without the per-step prefix masking (a cond; not in static
+            searches).
+        cached, extra_length, max_output_length, min_length: as for `search.pick_search`.
+
+    Returns:
+        the `beam_search` dict ("ids" (B, H, T) best first, "scores", "log_probs" (B, H)),
+        ids trimmed unless static.
+    """
+
+    def search(prefix):
+        step_fn, state, limits, max_length = prefixed_step(
+            model, source_ids, beam_size, static, prefix, cached=cached,
+            extra_length=extra_length, max_output_length=max_output_length)
+        return beam_search(step_fn, state, limits, beam_size, alpha, max_length, min_length,
+                           prefix=prefix)
+
+    result = (with_optional_prefix(search, prefix, static) if optional_prefix
+              else search(prefix))
+    if num_hypotheses is not None:
+        result = {key: value[:, :num_hypotheses] for key, value in result.items()}
+    return finish(result, empty_rows, trim_ids=not static)
 
 
 def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
@@ -177,10 +211,8 @@ def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATI
     """
 
     def search(source_ids, static, prefix=None):
-        step_fn, state, limits, max_length = prefixed_step(
-            model, source_ids, beam_size, static, prefix, cached=cached,
-            extra_length=extra_length)
-        return beam_search(step_fn, state, limits, beam_size, alpha, max_length, prefix=prefix)
+        return translate_beam(model, source_ids, beam_size, alpha, prefix=prefix,
+                              static=static, cached=cached, extra_length=extra_length)
 
     def trim_ids(result):
         return {**result, "ids": trim(result["ids"])}

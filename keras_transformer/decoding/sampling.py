@@ -1,7 +1,7 @@
 """Random sampling: the next token drawn from the model's distribution, narrowed by top-k,
 top-p (nucleus) and a temperature, as used for back-translation and diverse outputs.
 
-Sampling shares greedy search's loop (`search.greedy_search`): only how the next token is
+Sampling shares greedy search's loop (`search.pick_search`): only how the next token is
 picked differs. `RandomSampler` is that rule. It draws with the Gumbel-max trick,
 
     token = argmax(log p'(y) + g),   g = -log(-log(u)),   u ~ Uniform(0, 1) per row and token
@@ -14,6 +14,9 @@ The noise is stateless: step `index` of a search seeded with `seed` draws from t
 (seed, index), so the same seed gives the same samples for the same inputs and batch on one
 backend (TensorFlow's and JAX's generators differ). The scores returned are the model's own
 log-probabilities of the tokens drawn (not the narrowed distribution's).
+
+`translate_sample` is this mode's one body on a model; `Translator` (through
+`compiled_sample_search`) and the SavedModel's `sample` signature run it.
 """
 
 import keras
@@ -21,8 +24,7 @@ from keras import ops
 
 from keras_transformer.decoding.options import check_sampling  # noqa: F401  (re-exported)
 from keras_transformer.decoding.search import (
-    EXTRA_LENGTH, NEG_INF, compile_search, dynamic_shapes, greedy_search, prefixed_step,
-    tile_beams, trim)
+    EXTRA_LENGTH, NEG_INF, compile_search, finish, pick_search, trim)
 
 
 class RandomSampler:
@@ -87,10 +89,39 @@ def gumbel_noise(shape, seed, index):
     return -ops.log(-ops.log(uniform))
 
 
+def translate_sample(model, source_ids, num_samples, top_k, top_p, temperature, seed, *,
+                     prefix=None, empty_rows=None, static=False, extra_length=EXTRA_LENGTH):
+    """Random sampling of `model`: the one body of this mode (see `search`'s module doc).
+
+    Args:
+        model: a `Transformer` or an `Ensemble`.
+        source_ids: (B, S) int32, EOS-terminated, 0-padded.
+        num_samples: rows drawn per sentence, each independently.
+        top_k, top_p, temperature, seed: as for `RandomSampler`. Every option is a Python
+            value, or a scalar tensor on TensorFlow (a signature's inputs); the ranges are
+            the caller's to check (`check_sampling`).
+        prefix: (B, P) int32 target tokens each sample starts with (0-padded).
+        empty_rows: (B,) bool, rows whose samples are empty (the first EOS alone), every
+            score 0.
+        static: keep every shape static (XLA, JAX): the ids are left untrimmed.
+        extra_length: maximum output length = source length + extra_length.
+
+    Returns:
+        {"ids": (B, num_samples, T), "scores": (B, num_samples) log P(Y | X)}.
+    """
+    ids, scores = pick_search(model, source_ids, num_samples,
+                              RandomSampler(top_k, top_p, temperature, seed), prefix=prefix,
+                              static=static, extra_length=extra_length)
+    result = finish({"ids": ids, "scores": scores}, empty_rows,
+                    trim_ids=not static and empty_rows is not None)
+    if empty_rows is not None:
+        result["scores"] = ops.where(empty_rows[:, None], 0.0, result["scores"])
+    return result
+
+
 def compiled_sample_search(model, num_samples=1, top_k=0, top_p=1.0, temperature=1.0,
                            extra_length=EXTRA_LENGTH, jit_compile=False, with_prefix=False):
-    """Sampling of `model` compiled once (see `search.compile_search` for each backend):
-    `num_samples` rows per sentence, each drawn independently.
+    """`translate_sample` compiled once (see `search.compile_search` for each backend).
 
     Returns a function: source_ids (B, S) int32, seed () int32 [, prefix (B, P) int32 with
     with_prefix] -> {"ids": (B, num_samples, T), "scores": (B, num_samples) log P(Y | X)}.
@@ -98,20 +129,11 @@ def compiled_sample_search(model, num_samples=1, top_k=0, top_p=1.0, temperature
     check_sampling(num_samples, top_k, top_p, temperature)
 
     def search(source_ids, static, seed, prefix=None):
-        step_fn, state, limits, max_length = prefixed_step(
-            model, source_ids, num_samples, static, prefix, extra_length=extra_length)
-        rows_prefix = None if prefix is None else tile_beams(prefix, num_samples)
-        ids, scores = greedy_search(
-            step_fn, state, tile_beams(limits, num_samples), max_length, keep_width=static,
-            prefix=rows_prefix, pick=RandomSampler(top_k, top_p, temperature, seed))
-        batch = ops.shape(source_ids)[0]
-        return {"ids": ops.reshape(ids, (batch, num_samples, -1)),
-                "scores": ops.reshape(scores, (batch, num_samples))}
+        return translate_sample(model, source_ids, num_samples, top_k, top_p, temperature,
+                                seed, prefix=prefix, static=static, extra_length=extra_length)
 
-    def trim_outputs(outputs):
-        if jit_compile or not dynamic_shapes():
-            return {**outputs, "ids": trim(outputs["ids"])}
-        return outputs
+    def trim_ids(outputs):
+        return {**outputs, "ids": trim(outputs["ids"])}
 
     extra = (((), "int32"),) + ((((None, None), "int32"),) if with_prefix else ())
-    return compile_search(model, search, trim_outputs, jit_compile, extra)
+    return compile_search(model, search, trim_ids, jit_compile, extra)

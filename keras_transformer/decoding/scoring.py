@@ -5,6 +5,9 @@ are the ones the search adds up: natural-log probabilities of the target's subwo
 of the EOS after them, normalized over the whole vocabulary (the search's scores without the
 length penalty). An ensemble scores with the mean of its members' probabilities, as it
 searches.
+
+`score_ids` is this mode's one body; `Translator` (through `compiled_scorer`) and the
+SavedModel's `score` signature run it.
 """
 
 from keras import ops

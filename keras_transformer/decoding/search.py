@@ -1,7 +1,8 @@
-"""Greedy search, and the bridge from a `Transformer` to the search functions.
+"""Greedy search, the bridge from a `Transformer` to the search loops, and the one search body
+per mode's shared parts.
 
-Search is separate from the model. `greedy_search` and `beam_search` (in `beam_search.py`) take
-a step function
+Search is separate from the model. The loops, `greedy_search` here and `beam_search` (in
+`beam_search.py`), take a step function
 
     step_fn(tokens (N, 1), state, index) -> (logits (N, 1, V), state)
 
@@ -11,16 +12,25 @@ are chosen. `model_step(model, source_ids, beam_size)` builds that function from
 the encoder-decoder keys/values are computed once per sentence, live in the step function's
 closure and are never reordered.
 
+Each mode has one body that builds the step and runs its loop on a model, with the prefix, the
+n-best and the empty-row rules inside: `translate_greedy` (here), `beam_search.translate_beam`,
+`sampling.translate_sample` and `scoring.score_ids`. Every caller runs these: `Translator`
+through the `compiled_*` functions, the SavedModel signatures (`export.graph`) and the TFLite
+graph (`export.tflite`); they differ only in what is specific to them (compilation, checks of a
+request, tokenization). The bodies return the n-best layout, `{"ids": (B, H, T), "scores":
+(B, H), ...}`, and take their options as Python values or scalar tensors (a signature's
+inputs).
+
 The searches are written once in `keras.ops` and run on every backend:
 
 * TensorFlow: one `tf.function` for any batch shape, with shapes that follow the values (the
   cache and output buffer hold max(limits) positions, the output keeps the steps taken), or,
   with `jit_compile`, the loop compiled by XLA once per input shape. The exports build their
-  graphs from the same functions.
-* JAX: `jax.jit`, compiled once per input shape. Every shape inside the loop is static there:
-  the cache and output buffer hold `static_max_length` positions (padded source width +
-  extra_length) while each sentence's limit stays exact (a value); the all-padding columns are
-  cut on the host afterwards.
+  graphs from the same bodies.
+* JAX: `jax.jit`, compiled once per input shape. Every shape inside the loop is static there
+  (a body's `static=True`): the cache and output buffer hold `static_max_length` positions
+  (padded source width + extra_length) while each sentence's limit stays exact (a value); the
+  all-padding columns are cut afterwards, outside the compiled function (`trim`).
 """
 
 import keras
@@ -268,9 +278,10 @@ def compile_search(model, search, trim_outputs, jit_compile=False, extra_inputs=
     """Compiles `search(source_ids, static, *extra) -> outputs` (a nest of tensors) for `model`.
 
     `static` tells the search to keep every shape static (caches and buffers of
-    `static_max_length`); `trim_outputs` then cuts the value-dependent columns, outside the
-    compiled loop. `extra_inputs` names the search's other inputs as (shape, dtype) pairs,
-    e.g. ((None, None), "int32") for prefix ids or ((), "int32") for a seed.
+    `static_max_length`, a body's `static=True`); `trim_outputs` then cuts the value-dependent
+    columns of its outputs, outside the compiled loop. `extra_inputs` names the search's other
+    inputs as (shape, dtype) pairs, e.g. ((None, None), "int32") for prefix ids or ((),
+    "int32") for a seed.
 
     Returns a function of (source_ids (B, S) int32, *extra):
       TensorFlow: a tf.function traced once for every batch shape; with jit_compile the search
@@ -290,8 +301,7 @@ def compile_search(model, search, trim_outputs, jit_compile=False, extra_inputs=
     signature = [tf.TensorSpec([None, None], tf.int32)] + [
         tf.TensorSpec(shape, dtype) for shape, dtype in extra_inputs]
     if not jit_compile:
-        return tf.function(lambda source_ids, *extra: trim_outputs(search(source_ids, False,
-                                                                          *extra)),
+        return tf.function(lambda source_ids, *extra: search(source_ids, False, *extra),
                            input_signature=signature)
     compiled = tf.function(lambda source_ids, *extra: search(source_ids, True, *extra),
                            jit_compile=True)
@@ -326,7 +336,7 @@ def _jax_search_function(model, search, trim_outputs):
 
 def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
                            with_prefix=False):
-    """Greedy search of `model` compiled once (see `compile_search` for each backend).
+    """`translate_greedy` compiled once (see `compile_search` for each backend).
 
     With jit_compile (always under JAX), the search loop is compiled by XLA once per input
     shape (pad inputs to a few widths to bound the compilations).
@@ -336,29 +346,135 @@ def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_co
     """
 
     def search(source_ids, static, prefix=None):
-        step_fn, state, limits, max_length = prefixed_step(
-            model, source_ids, 1, static, prefix, cached=cached, extra_length=extra_length)
-        # Static: the whole output buffer; the used columns are cut outside the compiled loop.
-        return greedy_search(step_fn, state, limits, max_length, keep_width=static,
-                             prefix=prefix)
-
-    def trim_outputs(outputs):
-        return (trim(outputs[0]), outputs[1]) if jit_compile or not dynamic_shapes() else outputs
+        result = translate_greedy(model, source_ids, prefix=prefix, static=static,
+                                  cached=cached, extra_length=extra_length)
+        return result["ids"][:, 0], result["scores"][:, 0]
 
     extra = (((None, None), "int32"),) if with_prefix else ()
-    return compile_search(model, search, trim_outputs, jit_compile, extra)
+    return compile_search(model, search, lambda outputs: (trim(outputs[0]), outputs[1]),
+                          jit_compile, extra)
+
+
+def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=False,
+                     cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
+                     min_length=None):
+    """Greedy search of `model`: the one body of this mode (see the module docstring).
+
+    Args:
+        model: a `Transformer` or an `Ensemble`.
+        source_ids: (B, S) int32, EOS-terminated, 0-padded.
+        prefix: (B, P) int32 target tokens each output starts with (0-padded; a row of zeros
+            is no prefix); their log-probabilities count in the score.
+        empty_rows: (B,) bool, rows whose output is EOS alone with score 0 whatever the
+            search finds (the exports' rule for empty inputs, `eos_for_empty_rows`).
+        static: keep every shape static (XLA, JAX): buffers of `static_max_length` (+ P)
+            positions, the ids not trimmed (`trim` them outside the compiled function).
+        cached, extra_length, max_output_length, min_length: as for `pick_search`.
+
+    Returns:
+        {"ids": (B, 1, T) int32 ending with EOS, 0-padded, "scores": (B, 1) log P(Y | X)};
+        T is the steps taken unless static.
+    """
+    ids, scores = pick_search(model, source_ids, 1, prefix=prefix, static=static,
+                              cached=cached, extra_length=extra_length,
+                              max_output_length=max_output_length, min_length=min_length)
+    # The loop keeps the steps taken: only the empty-row rule may leave columns to trim.
+    return finish({"ids": ids, "scores": scores}, empty_rows,
+                  trim_ids=not static and empty_rows is not None)
+
+
+def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None, static=False,
+                cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
+                min_length=None):
+    """`greedy_search` on `model` with `rows_per_sentence` rows per sentence, each picking
+    its tokens by `pick` (default: the most likely; `sampling.translate_sample` draws them).
+
+    Args:
+        rows_per_sentence: a Python int, or a scalar tensor on TensorFlow.
+        prefix, static: as for `translate_greedy` (the prefix is one row per sentence).
+        cached: False recomputes the whole decoder at every step (a reference for tests).
+        extra_length: maximum output length = source length + extra_length (paper: 50).
+        max_output_length: a Python int instead: every output at most this many tokens (EOS
+            included), also the static length of the buffers.
+        min_length: if set, EOS is not allowed before this many tokens.
+
+    Returns:
+        (ids (B, R, T) int32, log-probabilities (B, R) float32), R = rows_per_sentence.
+    """
+    step_fn, state, limits, max_length = prefixed_step(
+        model, source_ids, rows_per_sentence, static, prefix, cached=cached,
+        extra_length=extra_length, max_output_length=max_output_length)
+    single = isinstance(rows_per_sentence, int) and rows_per_sentence == 1
+    rows_prefix = None if prefix is None or single else tile_beams(prefix, rows_per_sentence)
+    ids, scores = greedy_search(
+        step_fn, state, limits if single else tile_beams(limits, rows_per_sentence),
+        max_length, min_length, keep_width=static, prefix=prefix if single else rows_prefix,
+        pick=pick)
+    if single:
+        return ops.expand_dims(ids, 1), ops.expand_dims(scores, 1)
+    batch = ops.shape(source_ids)[0]
+    return (ops.reshape(ids, (batch, rows_per_sentence, ops.shape(ids)[1])),
+            ops.reshape(scores, (batch, rows_per_sentence)))
 
 
 def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cached=True,
-                  extra_length=EXTRA_LENGTH):
+                  extra_length=EXTRA_LENGTH, max_output_length=None):
     """`model_step` for a search of `rows_per_sentence` rows per sentence (beams or samples)
     whose outputs may start with a prefix ((B, P) ids): the limits leave room for the prefix
-    and EOS after it, and with `static` the buffers hold P more positions."""
-    limits = prefix_limits(output_limits(source_ids, extra_length), prefix)
-    max_length = None
-    if static:
-        max_length = static_max_length(source_ids, extra_length)
-        if prefix is not None:
-            max_length += ops.shape(prefix)[1]
-    return model_step(model, source_ids, rows_per_sentence, max_length, cached=cached,
+    and EOS after it, and with `static` (or a Python int `max_output_length`: every output's
+    limit) the buffers hold a static bound, P more positions with a prefix."""
+    if max_output_length is None:
+        limits = output_limits(source_ids, extra_length)
+        bound = static_max_length(source_ids, extra_length) if static else None
+    else:
+        limits = ops.full((ops.shape(source_ids)[0],), max_output_length, "int32")
+        bound = max_output_length
+    limits = prefix_limits(limits, prefix)
+    if bound is not None and prefix is not None:
+        bound += ops.shape(prefix)[1]
+    return model_step(model, source_ids, rows_per_sentence, bound, cached=cached,
                       limits=limits, extra_length=extra_length)
+
+
+def with_optional_prefix(search, prefix, static):
+    """`search(prefix)`, or, when no row of the prefix holds a token, `search(None)`: the search
+    without the per-step prefix masking (a request without prefixes, in a TensorFlow graph; a
+    static search always runs the masked one, which finds the same)."""
+    if prefix is None or static:
+        return search(prefix)
+    return ops.cond(ops.any(ops.not_equal(prefix, PAD_ID)), lambda: search(prefix),
+                    lambda: search(None))
+
+
+def finish(result, empty_rows=None, trim_ids=True):
+    """A body's result as its callers get it: the empty-row rule applied (`eos_for_empty_rows`)
+    and the ids trimmed of their padding columns (never inside a static search: its callers
+    trim outside the compiled function)."""
+    if empty_rows is not None:
+        result = eos_for_empty_rows(result, empty_rows)
+    if trim_ids:
+        result = {**result, "ids": trim(result["ids"])}
+    return result
+
+
+def eos_for_empty_rows(result, empty_rows):
+    """The exports' rule for empty inputs on a result in the n-best layout: an empty row's
+    first hypothesis is EOS alone with score 0, its others hold no tokens with score NEG_INF
+    (every other score of the result, e.g. "log_probs", follows "scores"). The ids keep at
+    least one column, so that every row can end with EOS."""
+    ids = result["ids"]
+    shape = ops.shape(ids)
+    width = shape[2]
+    if not isinstance(width, int):  # a value (TensorFlow graph): at least one column
+        ids = ops.pad(ids, [[0, 0], [0, 0], [0, ops.maximum(0, 1 - width)]])
+        width = ops.maximum(width, 1)
+    elif width < 1:
+        ids = ops.pad(ids, [[0, 0], [0, 0], [0, 1 - width]])
+        width = 1
+    first = ops.equal(ops.arange(shape[1]), 0)[None, :]  # (1, H)
+    eos_only = ops.equal(ops.arange(width), 0)[None, None, :]
+    replaced = ops.where(ops.logical_and(first[:, :, None], eos_only), EOS_ID, PAD_ID)
+    empty = empty_rows[:, None]
+    finished = {key: ops.where(empty, ops.where(first, 0.0, NEG_INF), scores)
+                for key, scores in result.items() if key != "ids"}
+    return {**finished, "ids": ops.where(empty[:, :, None], replaced, ids)}

@@ -1,6 +1,6 @@
 """Export for serving: a SavedModel for TensorFlow Serving and a TFLite translator.
 
-    graph.py         the search as exported graphs run it (the Translator's rules, core ops)
+    graph.py         the exported graphs around decoding's search bodies (request checks)
     saved_model.py   SavedModel: the text signatures and translate_ids (ids) signatures
     text_signatures.py  serving_default, translate_nbest, sample, score (text in, text out)
     tflite.py        TFLite: one sentence of ids -> ids, builtin ops, optional quantization

@@ -2,6 +2,11 @@
 (whitespace normalized, long inputs truncated, an empty input gives just EOS with score 0, a
 batch of 0 sentences gives 0 results), written with core TensorFlow ops only.
 
+The searches themselves are `decoding`'s bodies (`translate_beam`, `translate_sample`,
+`score_ids`), the ones `Translator` runs; this module adds what belongs to a served request:
+the in-graph truncation of its ids (`prepare_ids`), the checks below and the XLA signature's
+padding of widths.
+
 A request is checked before anything is searched: each option in its range (a NaN fails every
 check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples)
 or 16 x max_rows target positions scored, since memory grows with rows x length. A failed
@@ -11,13 +16,10 @@ next request.
 
 import tensorflow as tf
 
-from keras_transformer.decoding.beam_search import beam_search, trim
-from keras_transformer.decoding.sampling import RandomSampler
+from keras_transformer.decoding.beam_search import translate_beam
+from keras_transformer.decoding.sampling import translate_sample
 from keras_transformer.decoding.scoring import score_ids
-from keras_transformer.decoding.search import (
-    NEG_INF, XLA_WIDTH_STEP, greedy_search, model_step, prefixed_step, static_max_length,
-    tile_beams)
-from keras_transformer.defaults import TRANSLATION
+from keras_transformer.decoding.search import XLA_WIDTH_STEP, trim
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID, PAD_ID
 
@@ -127,7 +129,7 @@ def search_ids(model, source_ids, beam_size, alpha, max_input_length, max_rows=M
     prefix: (N, P) int32 ids each output starts with (rows of 0: none)."""
     ids, scores = nbest_ids(model, source_ids, beam_size, alpha, 1, max_input_length, max_rows,
                             prefix)
-    return trim(ids[:, 0, :]), scores[:, 0]
+    return ids[:, 0, :], scores[:, 0]
 
 
 def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_length,
@@ -147,20 +149,11 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
         num_hypotheses, source_ids)
     prefix = check_prefix(prefix, sentences)
     ids, empty = prepare_ids(source_ids, max_input_length)
-
-    def search(prefix):
-        step_fn, state, limits, max_length = prefixed_step(model, ids, beam_size, False, prefix)
-        result = beam_search(step_fn, state, limits, beam_size, alpha, max_length,
-                             prefix=prefix)
-        return result["ids"], result["scores"]
-
-    if prefix is None:
-        hypotheses, scores = search(None)
-    else:  # a request without prefixes runs the search without their per-step masking
-        hypotheses, scores = tf.cond(tf.reduce_any(tf.not_equal(prefix, PAD_ID)),
-                                     lambda: search(prefix), lambda: search(None))
-    return empty_rows_to_eos_nbest(hypotheses[:, :num_hypotheses],
-                                   scores[:, :num_hypotheses], empty)
+    # A request without prefixes runs the search without their per-step masking.
+    result = translate_beam(model, ids, beam_size, alpha, prefix=prefix,
+                            num_hypotheses=num_hypotheses, empty_rows=empty,
+                            optional_prefix=True)
+    return result["ids"], result["scores"]
 
 
 def sample_ids(model, source_ids, num_samples, top_k, top_p, temperature, seed,
@@ -172,15 +165,9 @@ def sample_ids(model, source_ids, num_samples, top_k, top_p, temperature, seed,
         num_samples, top_k, top_p, temperature, seed, sentences, max_rows)
     prefix = check_prefix(prefix, sentences)
     ids, empty = prepare_ids(source_ids, max_input_length)
-    step_fn, state, limits, max_length = prefixed_step(model, ids, num_samples, False, prefix)
-    rows_prefix = None if prefix is None else tile_beams(prefix, num_samples)
-    samples, scores = greedy_search(
-        step_fn, state, tile_beams(limits, num_samples), max_length, prefix=rows_prefix,
-        pick=RandomSampler(top_k, top_p, temperature, seed))
-    samples = tf.reshape(samples, [sentences, num_samples, tf.shape(samples)[1]])
-    scores = tf.reshape(scores, [sentences, num_samples])
-    samples, scores = empty_rows_to_eos_nbest(samples, scores, empty)
-    return samples, tf.where(empty[:, None], 0.0, scores)
+    result = translate_sample(model, ids, num_samples, top_k, top_p, temperature, seed,
+                              prefix=prefix, empty_rows=empty)
+    return result["ids"], result["scores"]
 
 
 def score_target_ids(model, source_ids, target_ids, max_input_length, max_target_length,
@@ -223,41 +210,20 @@ def xla_search_ids(model, beam_size, max_input_length, width_step=XLA_WIDTH_STEP
     """
 
     @tf.function(jit_compile=True)
-    def search(ids, alpha):
-        step_fn, state, limits, max_length = model_step(
-            model, ids, beam_size, static_max_length(ids, TRANSLATION.extra_length))
-        result = beam_search(step_fn, state, limits, beam_size, alpha, max_length)
-        return result["ids"][:, 0, :], result["scores"][:, 0]
+    def search(ids, alpha, empty):
+        result = translate_beam(model, ids, beam_size, alpha, num_hypotheses=1,
+                                empty_rows=empty, static=True)
+        return result["ids"], result["scores"]
 
     def run(source_ids, alpha):
         _, alpha = _check_search_options(beam_size, alpha, tf.shape(source_ids)[0], max_rows)
         ids, empty = prepare_ids(source_ids, max_input_length)
         width = tf.shape(ids)[1]
         ids = tf.pad(ids, [[0, 0], [0, (width_step - width % width_step) % width_step]])
-        best, scores = search(ids, alpha)
-        return empty_rows_to_eos(best, scores, empty)
+        best, scores = search(ids, alpha, empty)
+        return trim(best[:, 0, :]), scores[:, 0]  # the padding columns cut outside XLA
 
     return run
-
-
-def empty_rows_to_eos(best, scores, empty):
-    """Empty inputs translate to just EOS with score 0; columns of padding trimmed."""
-    ids, scores = empty_rows_to_eos_nbest(best[:, None, :], scores[:, None], empty)
-    return ids[:, 0, :], scores[:, 0]
-
-
-def empty_rows_to_eos_nbest(ids, scores, empty):
-    """`empty_rows_to_eos` for (N, H, T) hypotheses: an empty row's first is EOS with score 0,
-    its others hold no tokens with score NEG_INF."""
-    shape = tf.shape(ids)
-    width = tf.maximum(shape[2], 1)  # at least one column, so that every row can end with EOS
-    ids = tf.pad(ids, [[0, 0], [0, 0], [0, width - shape[2]]])
-    first = tf.equal(tf.range(shape[1]), 0)[None, :]  # (1, H)
-    eos_only = tf.equal(tf.range(width), 0)[None, None, :]
-    replaced = tf.where(tf.logical_and(first[:, :, None], eos_only), EOS_ID, PAD_ID)
-    ids = tf.where(empty[:, None, None], replaced, ids)
-    scores = tf.where(empty[:, None], tf.where(first, 0.0, NEG_INF), scores)
-    return trim(ids), scores
 
 
 def normalize_text(sentences):

@@ -2,7 +2,8 @@
 with a fixed search (beam 4 and alpha 0.6 by default, or greedy), and the whole beam:
 `nbest_ids` (1, K, T) and `nbest_scores` (1, K), best first (K = 1 for greedy search). Builtin
 TFLite ops only, the weights as constants; float32, dynamic-range int8 or float16 weights. The
-sentencepiece model is written beside it for tokenizing on the device."""
+sentencepiece model is written beside it for tokenizing on the device. The search is
+`decoding`'s (`translate_greedy`, `translate_beam`), the one `Translator` runs."""
 
 import logging
 import pathlib
@@ -12,11 +13,10 @@ import types
 
 import tensorflow as tf
 
-from keras_transformer.decoding.beam_search import beam_search
-from keras_transformer.decoding.search import greedy_search, model_step, trim
+from keras_transformer.decoding.beam_search import translate_beam
+from keras_transformer.decoding.search import translate_greedy, trim
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
-from keras_transformer.export.graph import (
-    ExportError, empty_rows_to_eos_nbest, prepare_ids)
+from keras_transformer.export.graph import ExportError, prepare_ids
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes
 from pipelines.files import no_space, no_space_error
 
@@ -47,14 +47,10 @@ class TFLiteTranslator(tf.Module):
         model = self._parts.model
         ids, empty = prepare_ids(source_ids, self.max_input_length)
         if self.beam_size == 1:
-            step_fn, state, limits, max_length = model_step(model, ids, 1)
-            best, scores = greedy_search(step_fn, state, limits, max_length)
-            nbest, nbest_scores = best[:, None, :], scores[:, None]
+            result = translate_greedy(model, ids, empty_rows=empty)
         else:
-            step_fn, state, limits, max_length = model_step(model, ids, self.beam_size)
-            result = beam_search(step_fn, state, limits, self.beam_size, self.alpha, max_length)
-            nbest, nbest_scores = result["ids"], result["scores"]
-        nbest, nbest_scores = empty_rows_to_eos_nbest(nbest, nbest_scores, empty)
+            result = translate_beam(model, ids, self.beam_size, self.alpha, empty_rows=empty)
+        nbest, nbest_scores = result["ids"], result["scores"]
         return {"ids": trim(nbest[:, 0, :]), "score": nbest_scores[:, 0], "nbest_ids": nbest,
                 "nbest_scores": nbest_scores}
 

@@ -18,11 +18,13 @@ import keras
 from keras_transformer.errors import InputError
 
 
+@keras.saving.register_keras_serializable(package="keras_transformer")
 class Ensemble(keras.Model):
     """Transformers decoded together (the mean of their next-token probabilities).
 
     Not trained: load or train the members, then wrap them. Its `variables` are all the
-    members' (what a compiled search or an export tracks).
+    members' (what a compiled search or an export tracks). It saves as one .keras file (its
+    config holds the members' configs) that `keras.models.load_model` reads back.
     """
 
     def __init__(self, members, **kwargs):
@@ -42,6 +44,19 @@ class Ensemble(keras.Model):
         """(source_ids, target_ids) -> the log of the members' mean probabilities (B, T, V)."""
         return mean_of_probabilities([member(inputs, training=training)
                                       for member in self.members])
+
+    def get_config(self):
+        return {**super().get_config(),
+                "members": [keras.saving.serialize_keras_object(m) for m in self.members]}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        members = [keras.saving.deserialize_keras_object(m) for m in config.pop("members")]
+        for member in members:  # built, so that the saved weights load into them
+            if not member.built:
+                member.build()
+        return cls(members, **config)
 
 
 def mean_of_probabilities(logits):

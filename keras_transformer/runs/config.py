@@ -206,6 +206,8 @@ class RunSettings(Section):
                                          "docs/reliability.md)", resumable=True)
     eval_steps: int = setting(500, "dev loss every N steps (also the progress-bar epoch)",
                               check=positive, resumable=True)
+    log_steps: int = setting(50, "TensorBoard: training loss, learning rate and tokens/s "
+                             "every N steps (RUN/logs/train)", check=positive, resumable=True)
     bleu_steps: Optional[int] = setting(None, "greedy dev sacreBLEU every N steps",
                                         check=positive, resumable=True,
                                         default_text="default off")

@@ -27,7 +27,7 @@ Layout of a run directory (format version 2):
                         those are, e.g. "average of the last 5 checkpoints"), "beam_size",
                         "alpha", "chosen_by" (which command chose them, on which data)}; any key
                         may be absent. An ensemble keeps its own in its top directory.
-    logs/               TensorBoard logs
+    logs/               TensorBoard events: logs/train and logs/dev (training/tensorboard.py)
     *.json, hyp.*.txt   summaries and hypotheses that commands write
     .lock               the writers' lock (`Run.lock`): who trains, averages into or exports
                         from the run now, or did last
@@ -35,8 +35,8 @@ Layout of a run directory (format version 2):
 Every file is written through the project's one atomic writer, `pipelines.files.atomic_path`
 (re-exported here with `write_text`, `write_bytes`, `write_lines`, `write_json`; `save_keras`
 is on top of it): a reader never sees a half-written file, and a killed writer leaves only a
-hidden `.tmp-PID-NAME` that the next writer of that folder removes. TensorBoard logs are
-written by TensorBoard.
+hidden `.tmp-PID-NAME` that the next writer of that folder removes. TensorBoard events are
+written by the tensorboard package's writer.
 """
 
 import contextlib

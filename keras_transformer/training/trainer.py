@@ -32,6 +32,7 @@ from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import paper_optimizer
 from keras_transformer.training.preemption import CheckpointOnSignal
 from keras_transformer.training.strategy import is_chief, make_strategy, task_id
+from keras_transformer.training.tensorboard import TensorBoardLog
 from pipelines.errors import DataError
 from pipelines.prepared import describe
 
@@ -140,9 +141,8 @@ def _train(requested, held, continue_stopped):
                  if config.checkpoint_on_signal and not multiworker else None)
     if on_signal:
         callbacks.append(on_signal)
-    if on_tensorflow():  # TensorBoard's summaries are TensorFlow's
-        callbacks.append(keras.callbacks.TensorBoard(
-            str(run.logs_dir("train" if chief else "worker")), update_freq=50))
+    if chief:  # after Validation and DevBleu: it writes their figures
+        callbacks.append(tensorboard_log(run, config, step_fn, counter, callbacks))
     if chief and config.verbose >= 1:  # steps of the run, not Keras' epochs of eval_steps
         callbacks.append(Progress(step_fn, config.train_steps, counter.count))
 
@@ -206,6 +206,16 @@ def _early_stopping(config, run, validation, dev_bleu, step_fn, chief, state):
                          config.early_stopping_patience, config.early_stopping_min_delta,
                          config.eval_steps if loss else config.bleu_steps, config.train_steps,
                          step_fn, run, keep=chief and keep_best, state=state)
+
+
+def tensorboard_log(run, config, step_fn, counter, callbacks):
+    """The run's TensorBoard events (training/tensorboard.py), with the dev figures of the
+    `Validation` and `DevBleu` callbacks among `callbacks`."""
+    def find(kind):
+        return next((c for c in callbacks if isinstance(c, kind)), None)
+
+    return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
+                          config.describe(), find(Validation), find(DevBleu))
 
 
 def _step_counter(model, optimizer):
