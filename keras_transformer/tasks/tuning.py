@@ -1,6 +1,7 @@
 """Choices made on validation data: which weights to decode with (the final ones, an average
-of checkpoints, or best.keras, the best dev evaluation's) and the length penalty. The main job makes them; `tune` saves them in the run
-(`Run.save_decoding`), where translate, evaluate and export find them.
+of checkpoints, or best.keras, the best dev evaluation's) and the length penalty. The main
+job makes them; `tune` saves them in the run (`Run.save_decoding`), where translate, evaluate
+and export find them.
 
 Only val is used: a test set is decoded once, at the end, and only reported.
 """

@@ -242,7 +242,8 @@ class Validation(keras.callbacks.Callback):
 
 class DevBleu(keras.callbacks.Callback):
     """sacreBLEU and chrF of greedy translations of the first dev sentences, every `every`
-    steps. `last` is (step, {"bleu", "chrf"}) of the latest pass."""
+    steps. `history` holds (step, BLEU, chrF) of every pass, `last` (step, {"bleu", "chrf"})
+    of the latest."""
 
     def __init__(self, tokenizer, sources_text, references, every, step_fn, max_length):
         super().__init__()
@@ -271,7 +272,7 @@ class DevBleu(keras.callbacks.Callback):
         hypotheses = self._translator.translate(self.sources)
         bleu = sacrebleu.corpus_bleu(hypotheses, [self.references])
         chrf = sacrebleu.corpus_chrf(hypotheses, [self.references])
-        self.history.append((step, bleu.score))
+        self.history.append((step, bleu.score, chrf.score))
         self.last = (step, {"bleu": bleu.score, "chrf": chrf.score})
         _say(f"step {step}: dev BLEU (greedy, {len(self.sources)} sentences) {bleu.score:.2f}, "
              f"chrF {chrf.score:.2f}")

@@ -126,11 +126,19 @@ class EarlyStopping(keras.callbacks.Callback):
         step = self.step_fn()
         if self.evaluator is None or not self._counts(step):
             return False
-        self.evaluator.set_model(model)
-        value = self.evaluator.evaluate()[RESULT_KEYS[self.metric]]
+        evaluator = self.evaluator
+        evaluator.set_model(model)
+        # The pass is early stopping's own: the evaluator's record (what TensorBoard logs and
+        # the summary reads) stays as the process that saved the checkpoint left it.
+        last, history = evaluator.last, list(getattr(evaluator, "history", ()))
+        results = evaluator.evaluate()
+        evaluator.last = last
+        if hasattr(evaluator, "history"):
+            evaluator.history[:] = history
+        value = results[RESULT_KEYS[self.metric]]
         _say(f"step {step}: dev {self.metric} {value:.4f} (owed: the checkpoint resumed from "
              "was saved before this evaluation)")
-        self._observe(step, self.evaluator.last[1])
+        self._observe(step, results)
         return self.stopped
 
     # During training.

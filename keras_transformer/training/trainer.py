@@ -193,16 +193,6 @@ def _train(requested, held, continue_stopped):
     return summary
 
 
-def tensorboard_log(run, config, step_fn, counter, callbacks):
-    """The run's TensorBoard events (training/tensorboard.py), with the dev figures of the
-    `Validation` and `DevBleu` callbacks among `callbacks`."""
-    def find(kind):
-        return next((c for c in callbacks if isinstance(c, kind)), None)
-
-    return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
-                          config.describe(), find(Validation), find(DevBleu))
-
-
 def _early_stopping(config, run, validation, dev_bleu, step_fn, chief, state):
     """The run's `EarlyStopping` (inert without a dev set, patience and keep_best), with the
     counters of the checkpoint resumed from."""
@@ -216,6 +206,16 @@ def _early_stopping(config, run, validation, dev_bleu, step_fn, chief, state):
                          config.early_stopping_patience, config.early_stopping_min_delta,
                          config.eval_steps if loss else config.bleu_steps, config.train_steps,
                          step_fn, run, keep=chief and keep_best, state=state)
+
+
+def tensorboard_log(run, config, step_fn, counter, callbacks):
+    """The run's TensorBoard events (training/tensorboard.py), with the dev figures of the
+    `Validation` and `DevBleu` callbacks among `callbacks`."""
+    def find(kind):
+        return next((c for c in callbacks if isinstance(c, kind)), None)
+
+    return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
+                          config.describe(), find(Validation), find(DevBleu))
 
 
 def _step_counter(model, optimizer):

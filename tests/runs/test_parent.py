@@ -158,3 +158,17 @@ def test_a_parent_changed_since_it_was_recorded_is_refused(run_copy, toy_corpus,
     config_path.write_text(config_path.read_text() + "\n")  # say, retrained in place
     with pytest.raises(RunError, match="changed since this run recorded it as its parent"):
         initialize(model, config)
+
+
+@pytest.mark.slow  # trains 10 + 10 steps (~20 s)
+def test_a_child_resumes_without_its_parent(run_copy, new_corpus, tmp_path, capsys):
+    # How the child starts is decided before training: it resumes from its own checkpoint and
+    # reads no file of its parent, which may have moved away since.
+    child = tmp_path / "child"
+    train(child_config(run_copy, new_corpus, child))
+    moved = run_copy.rename(tmp_path / "moved-parent")
+    capsys.readouterr()
+    summary = train(child_config(run_copy, new_corpus, child, train_steps=20))
+    assert (summary["start_step"], summary["step"]) == (10, 20)
+    assert "resumed from" in capsys.readouterr().out
+    assert moved.is_dir() and not run_copy.exists()
