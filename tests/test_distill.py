@@ -6,15 +6,12 @@ and the student trains and resumes as any run. The refusals come before anything
 import hashlib
 import json
 import pathlib
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.conftest import RUNTIME_CLI, RUNTIME_PRESET, toy_config
-from tests.training_helpers import reversed_upper, write_corpus
+from tests.training_helpers import kill_once_exists, reversed_upper, write_corpus
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 PAIRS = 160  # 120 training pairs (the last 40 are the dev set)
@@ -68,17 +65,9 @@ def test_a_killed_distillation_ends_with_the_same_corpus_and_the_student_trains_
 
     # Killed while the teacher translates: the config with its record is there, the corpus not.
     record = killed.distilled_path("train", "de").with_name("train.de.partial.json")
-    process = subprocess.Popen(
+    error = kill_once_exists(
         [sys.executable, *RUNTIME_CLI, "distill", "--teacher", str(teacher),
-         *student_flags(killed.directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPOSITORY)
-    try:
-        deadline = time.monotonic() + 300
-        while not record.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        error = process.communicate()[1].decode(errors="replace")
+         *student_flags(killed.directory)], record, cwd=REPOSITORY)
     assert record.exists(), f"the distillation ended before its first window: {error[-2000:]}"
     done = json.loads(record.read_text(encoding="utf-8"))["lines"]
     assert 0 < done < PAIRS - 40 and not killed.distilled_path("train", "de").exists()

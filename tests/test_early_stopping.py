@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import keras
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 from keras_transformer.errors import ConfigError
 from keras_transformer.runs import Run, make_config
 from keras_transformer.runs.run import average_checkpoints
-from tests.training_helpers import run, train_command, write_corpus
+from tests.training_helpers import run, train_command, wait_for, write_corpus
 
 # Evaluations every 10 steps, a checkpoint at each (saved before that step's evaluation, so a
 # run resumed from one owes it); an improvement must be 0.2 of dev loss at least, which the
@@ -28,14 +27,6 @@ SETTINGS = ("--train-steps", "100000", "--eval-steps", "10", "--checkpoint-steps
             "--keep-checkpoints", "100", "--checkpoint-minutes", "60")
 STOP_LINE = (r"^early stopping at step (\d+): dev loss has not improved by at least 0\.2 in 2 "
              r"evaluations; the best, loss (\S+) at step (\d+), is (\S+)$")
-
-
-def wait_for(condition, process, seconds=300):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert process.poll() is None, f"exited with {process.returncode} before it should"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def weights(model):

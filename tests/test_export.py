@@ -2,7 +2,6 @@
 
 import gzip
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from keras_transformer import export
 from keras_transformer.decoding.translate import Translator
 from keras_transformer.errors import RunError
 from keras_transformer.runs.run import TEMPORARY_PREFIX
+from tests.training_helpers import run_python
 
 SENTENCES = 100
 
@@ -76,17 +76,11 @@ CORE_OPS = textwrap.dedent("""
 """)
 
 
-def _python(*args, **kwargs):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900,
-                          env=env, **kwargs)
-
-
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, shared_data):
     """A tiny model trained briefly on Multi30k en-de (vocabulary and model real, quality low)."""
     folder = tmp_path_factory.mktemp("export")
-    result = _python(
+    result = run_python(
         "-m", "keras_transformer.cli", "train", "--preset", "tiny", "--dropout", "0",
         "--dataset", "multi30k", "--source-dir", str(shared_data / "multi30k"),
         "--data-dir", str(folder / "tfds"), "--vocab-size", "1000", "--train-steps", "300",
@@ -127,7 +121,7 @@ def test_saved_model_in_a_fresh_process_matches_in_process_beam_search(
     sources, _ = test_set
     inputs, outputs = tmp_path / "in.json", tmp_path / "out.json"
     inputs.write_text(json.dumps(sources), encoding="utf-8")
-    result = _python("-c", FRESH_PROCESS, str(saved_model), str(inputs), str(outputs))
+    result = run_python("-c", FRESH_PROCESS, str(saved_model), str(inputs), str(outputs))
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(outputs.read_text(encoding="utf-8"))
     assert served["modules"] == []  # none of our code was imported there
@@ -156,7 +150,7 @@ def test_translate_ids_uses_core_tensorflow_ops_only(saved_model):
     assert "While" in ids_ops or "StatelessWhile" in ids_ops
     assert "SentencepieceOp" in serve_ops  # the walk sees the tokenizer where it is used
     assert not any("Sentencepiece" in op for op in ids_ops)
-    result = _python("-c", CORE_OPS, json.dumps(ids_ops))
+    result = run_python("-c", CORE_OPS, json.dumps(ids_ops))
     assert result.returncode == 0, result.stderr[-3000:]
     check = json.loads(result.stdout.strip().splitlines()[-1])
     assert check == {"missing": [], "no_cpu_kernel": []}
@@ -173,21 +167,21 @@ def test_ids_only_saved_model_loads_without_tensorflow_text(run_dir, tmp_path):
         assert "tensorflow_text" not in sys.modules
         print(out["ids"].numpy().tolist())
     """)
-    result = _python("-c", script, str(path))
+    result = run_python("-c", script, str(path))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("2]]")
 
 
 @pytest.mark.slow
 def test_saved_model_cli_show_and_run(saved_model):
-    result = _python("-m", "keras_transformer.cli", "saved-model-cli", "show", "--dir",
+    result = run_python("-m", "keras_transformer.cli", "saved-model-cli", "show", "--dir",
                      str(saved_model), "--all")
     assert result.returncode == 0, result.stderr[-3000:]
     for line in ("signature_def['serving_default']", "signature_def['translate_ids']",
                  "inputs['sentences'] tensor_info:", "inputs['source_ids'] tensor_info:",
                  "dtype: DT_STRING", "dtype: DT_INT32", "shape: (-1, -1)"):
         assert line in result.stdout
-    result = _python("-m", "keras_transformer.cli", "saved-model-cli", "run", "--dir",
+    result = run_python("-m", "keras_transformer.cli", "saved-model-cli", "run", "--dir",
                      str(saved_model), "--tag_set", "serve", "--signature_def",
                      "serving_default", "--input_exprs", 'sentences=["A dog runs."]')
     assert result.returncode == 0, result.stderr[-3000:]

@@ -12,11 +12,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.training_helpers import run, train_command, write_corpus
+from tests.training_helpers import run, train_command, wait_for, write_corpus
 
 STEPS = 12
 # One optimizer step per Keras epoch (eval_steps 1), so that `--verbose 2` prints each step's
@@ -37,14 +36,6 @@ def step_losses(*outputs):
         dev.update((int(step), values) for step, *values in re.findall(
             r"^step (\d+): validation: val_loss (\S+), val_perplexity (\S+),", output, re.M))
     return train, dev
-
-
-def wait_for(condition, process, seconds=300):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert process.poll() is None, f"exited with {process.returncode} before it should"
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def lock_holder(run_dir):

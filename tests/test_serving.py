@@ -2,9 +2,6 @@
 hostile requests, from a fresh process that imports only tensorflow and tensorflow_text."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -15,6 +12,7 @@ from keras_transformer import export
 from keras_transformer.decoding.translate import Translator
 from keras_transformer.errors import InputError
 from keras_transformer.export.graph import MAX_ROWS
+from tests.training_helpers import run_python
 
 SENTENCES = ["the dog runs in the park", "a big red cat", "green water"]
 PREFIXES = ["PARK THE", "", "WATER"]
@@ -126,10 +124,8 @@ def served(tiny_run, tmp_path_factory):
     print(f"export: {time.time() - start:.1f} s")
     requests = folder / "requests.py"
     requests.write_text(repr([r for r, _ in HOSTILE] + FEATURES), encoding="utf-8")
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run(
-        [sys.executable, "-c", FRESH_PROCESS, str(path), str(requests), str(folder / "a.json")],
-        capture_output=True, text=True, timeout=600, env=env)
+    result = run_python("-c", FRESH_PROCESS, str(path), str(requests), str(folder / "a.json"),
+                        timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     print(f"export and requests: {time.time() - start:.1f} s")
     # The optional inputs' defaults are in the SignatureDefs (TensorFlow Serving applies them).

@@ -4,9 +4,7 @@ handler, emulated by `benchmarks/serving_load.py`'s `PredictHandler`), in a fres
 process that imports only TensorFlow and tensorflow-text; and that benchmark's smoke run."""
 
 import json
-import os
 import pathlib
-import subprocess
 import sys
 import textwrap
 
@@ -15,6 +13,7 @@ import pytest
 
 from keras_transformer import export
 from keras_transformer.decoding.translate import Translator
+from tests.training_helpers import run_python
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 SENTENCES = ["the dog runs in the park", "a big red cat", "green water", ""]
@@ -62,12 +61,6 @@ REQUESTS = [
 ]
 
 
-def _python(*args, **kwargs):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=900,
-                          env=env, **kwargs)
-
-
 @pytest.fixture(scope="module")
 def exports(tiny_run, tmp_path_factory):
     """tiny_run exported once as a SavedModel (beam 4, alpha 0.6: the defaults)."""
@@ -80,7 +73,7 @@ def exports(tiny_run, tmp_path_factory):
 def served(exports):
     folder = exports["folder"]
     (folder / "requests.json").write_text(json.dumps(REQUESTS), encoding="utf-8")
-    result = _python("-c", FRESH_PROCESS, str(BENCHMARKS), str(exports["saved_model"]),
+    result = run_python("-c", FRESH_PROCESS, str(BENCHMARKS), str(exports["saved_model"]),
                      str(folder / "requests.json"), str(folder / "answers.json"))
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads((folder / "answers.json").read_text(encoding="utf-8"))
@@ -150,7 +143,7 @@ def test_requests_tf_serving_refuses_are_refused_by_name(served):
 def test_the_load_benchmark_smoke_run_answers_every_request_alike(exports, tiny_run, toy_corpus):
     ct2 = export.export_run(tiny_run, format="ctranslate2", output_dir=exports["folder"],
                             name="toy")
-    result = _python(str(BENCHMARKS / "serving_load.py"), "--tiny", "--saved-model",
+    result = run_python(str(BENCHMARKS / "serving_load.py"), "--tiny", "--saved-model",
                      str(exports["saved_model"]), "--ctranslate2-model", str(ct2),
                      "--sentences", str(toy_corpus["dev.src"]))
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]

@@ -4,16 +4,13 @@ half-way and run again."""
 import json
 import pathlib
 import random
-import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 from keras_transformer.errors import InputError
 from tests.conftest import RUNTIME_CLI
-from tests.training_helpers import WORDS
+from tests.training_helpers import WORDS, kill_once_exists
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 
@@ -89,16 +86,8 @@ def test_a_translate_killed_half_way_and_run_again_writes_the_whole_output(tiny_
 
     output = tmp_path / "out.txt"
     record = tmp_path / "out.txt.partial.json"
-    process = subprocess.Popen([sys.executable, *RUNTIME_CLI, *flags, "--output", str(output)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               cwd=REPOSITORY)
-    try:
-        deadline = time.monotonic() + 300
-        while not record.exists() and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-    finally:
-        process.send_signal(signal.SIGKILL)
-        error = process.communicate()[1].decode(errors="replace")
+    error = kill_once_exists([sys.executable, *RUNTIME_CLI, *flags, "--output", str(output)],
+                             record, cwd=REPOSITORY)
     assert record.exists(), f"the translate ended before its first window: {error[-2000:]}"
     done = json.loads(record.read_text(encoding="utf-8"))["lines"]
     assert 0 < done < len(lines) and not output.exists()

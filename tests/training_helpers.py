@@ -1,8 +1,12 @@
-"""Helpers for training tests: a tiny parallel corpus the tests write, and the train command."""
+"""Helpers for training tests: a tiny parallel corpus the tests write, the train command, and
+the subprocesses the tests start, wait for and kill."""
 
+import os
 import random
+import signal
 import subprocess
 import sys
+import time
 
 WORDS = ["dog", "cat", "bird", "runs", "jumps", "sleeps", "the", "a", "red", "big", "small",
          "green", "in", "on", "park", "house", "tree", "water"]
@@ -40,3 +44,34 @@ def train_command(corpus, output_dir, *extra):
 
 def run(command, **kwargs):
     return subprocess.run(command, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def run_python(*args, timeout=900, **kwargs):
+    """`python *args` in a fresh interpreter (this one's), TensorFlow's C++ logs quiet."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
+
+
+def wait_for(condition, process, seconds=300):
+    """Until condition() holds; fails if `process` ends first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert process.poll() is None, f"exited with {process.returncode} before it should"
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def kill_once_exists(command, path, cwd=None, seconds=300):
+    """Starts `command`, SIGKILLs it as soon as `path` exists (or once it ended, or after
+    `seconds`), and returns its standard error. The caller checks that `path` exists."""
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               cwd=cwd)
+    try:
+        deadline = time.monotonic() + seconds
+        while not path.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        error = process.communicate()[1].decode(errors="replace")
+    return error
