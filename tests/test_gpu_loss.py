@@ -67,6 +67,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_jax_loss_and_gradient_equal_the_formula_in_float32_and_bf16(eps):
     pytest.importorskip("jax")

@@ -105,6 +105,7 @@ def _check(saved_files, backend):
             assert found[f"{path}:True"]["evaluated"] == ["loss", "perplexity", "token_accuracy"]
 
 
+@pytest.mark.slow
 def test_saved_models_load_the_keras_way_on_tensorflow(saved_files):
     _check(saved_files, "tensorflow")
 

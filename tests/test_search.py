@@ -190,6 +190,7 @@ def test_xla_compiled_search_equals_the_plain_graph(model):
     np.testing.assert_allclose(xla_scores, greedy_scores, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_static_shapes_find_what_dynamic_shapes_find(model):
     """The static form that JAX compiles (cache and buffer of padded width + 50, trimmed
     afterwards on the host) finds the same hypotheses and scores as TensorFlow's dynamic one."""
