@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install demo test test-fast coverage-fast bench clean
+.PHONY: install demo test test-fast coverage-fast bench gpu-kit clean
 
 install: $(STAMP)
 
@@ -38,6 +38,13 @@ coverage-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_step.py --preset base
+
+# The GPU kit (benchmarks/gpu_kit.py; docs/backends.md): the wheels a GPU machine lacks, the
+# Multi30k data prepared here and the `gpu-check` command, in the git-ignored folder gpu-kit/.
+GPU_KIT ?= gpu-kit
+
+gpu-kit: $(STAMP)
+	$(BIN)/python benchmarks/gpu_kit.py --output $(GPU_KIT)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .coverage

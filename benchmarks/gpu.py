@@ -31,6 +31,9 @@ ms_per_step is the wall time of --steps optimizer steps after --warmup untimed o
 compiles), divided by --steps; Keras' steps are timed inside one `model.fit` (a Python loop of
 `train_on_batch` adds host time per step under JAX).
 
+Our attention takes cuDNN's fused flash kernel where it serves (--attention auto: JAX on a GPU,
+bf16); --attention plain times the einsum-and-softmax path instead, for the comparison.
+
 fp32 matmuls run at each framework's default precision unless --fp32-matmul says otherwise
 (JAX's documented default on recent GPUs may use TF32; PyTorch's is full float32, "highest"):
 --fp32-matmul tf32 or highest sets both; every line records its fp32_matmul_precision.
@@ -168,6 +171,10 @@ def parse_args(argv):
     parser.add_argument("--fp32-matmul", choices=list(FP32_MATMUL), default="default",
                         help="float32 matmul precision: each framework's default (recorded in "
                              "the JSON), full float32 (highest) or TensorFloat-32 (tf32) for all")
+    parser.add_argument("--attention", choices=["auto", "plain", "fused"], default="auto",
+                        help="our attention: auto (the fused kernel where it serves: JAX on a "
+                             "GPU, bf16), plain (einsum and softmax) or fused "
+                             "(keras.ops.dot_product_attention wherever no weights are read)")
     parser.add_argument("--peak-size", type=int, default=None,
                         help="n of the n^3 matmul peak (default 8192 on a GPU, 512 on a CPU)")
     args = parser.parse_args(argv)
@@ -191,6 +198,9 @@ def main(argv=None):
     if keras.backend.backend() != "jax":
         sys.exit(f"benchmarks/gpu.py runs Keras on JAX; KERAS_BACKEND is "
                  f"{keras.backend.backend()!r}")
+    from keras_transformer.layers.attention import set_attention_implementation
+
+    set_attention_implementation(args.attention)
     args.device = device_name()
     on_gpu = jax.default_backend() != "cpu"
     versions = {"jax": jax.__version__, "keras": keras.__version__}
@@ -228,6 +238,7 @@ def main(argv=None):
                           "src_len": shape.length, "tgt_len": shape.length,
                           "vocab": shape.vocab, "steps": args.steps, "warmup": args.warmup,
                           "device": args.device, "model_tflop_per_step": sig(flop / 1e12),
+                          "attention": args.attention if engine == "ours" else None,
                           "peak_bf16_tflops": sig(peak["bf16"])}
 
                 def measure(engine=engine, shape=shape, dtype=dtype, flop=flop):

@@ -12,12 +12,12 @@ def reversed_upper(sentence):
     return " ".join(reversed(sentence.upper().split()))
 
 
-def write_corpus(folder, pairs=400, seed=0, target=reversed_upper):
-    """A toy 'translation' corpus: the target is `target(source)`, by default the source
-    reversed, in upper case. The last 40 pairs are the dev set."""
+def write_corpus(folder, pairs=400, seed=0, target=reversed_upper, words=WORDS):
+    """A toy 'translation' corpus: sources of 2-9 `words`, the target `target(source)`, by
+    default the source reversed, in upper case. The last 40 pairs are the dev set."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
-    src = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) for _ in range(pairs)]
+    src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 9))) for _ in range(pairs)]
     tgt = [target(s) for s in src]
     paths = {}
     for name, lines in (("train.src", src[:-40]), ("train.tgt", tgt[:-40]),

@@ -12,6 +12,7 @@
     sampling.py      top-k / top-p / temperature sampling; translate_sample
     scoring.py       log P(target | source) of given pairs; score_ids
     precision.py     float32 or bfloat16 (where the CPU has bf16 units): the choice, the cast
+    alignment.py     word alignments from the cross-attention (Pharaoh format), and AER
     streaming.py     the file-level jobs: windows of line-aligned files, resumable output
     resumable.py     the resumable output file (O.partial and its record)
     textio.py        text lines in and out (the UTF-8 line policy)

@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from keras_transformer.decoding.alignment import ALIGNMENT_HEADS, ALIGNMENT_LAYER
 from keras_transformer.decoding.ctranslate2 import METADATA, require_ctranslate2
 from keras_transformer.defaults import MAX_LENGTH, PARSING, TRANSLATION
 from keras_transformer.export.graph import ExportError
@@ -124,9 +125,11 @@ def build_spec(model, pieces, max_input_length=MAX_LENGTH):
                           f"{model.vocab_size} embeddings.")
     arch = model.architecture
     pre_norm = arch["norm_first"]
+    # return_attention gives the cross-attention that our word alignments use.
     spec = transformer_spec.TransformerSpec.from_config(
         arch["num_layers"], arch["num_heads"], pre_norm=pre_norm,
-        activation=getattr(common_spec.Activation, ACTIVATIONS[arch["activation"]]))
+        activation=getattr(common_spec.Activation, ACTIVATIONS[arch["activation"]]),
+        alignment_layer=ALIGNMENT_LAYER, alignment_heads=ALIGNMENT_HEADS or arch["num_heads"])
     rows = position_rows(max_input_length)
     if arch["positional"] == "learned" and arch["max_length"] < rows:
         log.warning("learned positions cover %d tokens; CTranslate2 outputs are limited to "

@@ -7,12 +7,67 @@ the same code as the full forward pass.
 Mask convention (everywhere in this package): boolean, True = may attend. A padding mask has
 shape (B, S) and masks keys only; an attention mask has shape (B, T, S). Both broadcast over
 heads.
+
+Two implementations of Eq. 1 give the same numbers: the plain one (einsum, float32 softmax,
+einsum), which can return the attention weights (attention pictures and word alignments read
+them) and runs everywhere, and `keras.ops.dot_product_attention`, which on JAX with a GPU picks
+cuDNN's fused flash-attention kernel (the (B, H, T, S) scores never reach device memory). The
+fused one serves a call where it can pay (`fused_attention_applies`: full-length passes of
+training and evaluation; a decoding step keeps the plain path); on CPUs the plain path stays.
 """
 
 import math
 
 import keras
 from keras import ops
+
+# "auto": the fused path where `fused_attention_applies` says so; "plain" or "fused": always
+# that path (benchmarks compare them; "fused" on a CPU runs Keras' own non-fused kernel).
+IMPLEMENTATIONS = ("auto", "plain", "fused")
+_implementation = "auto"
+
+
+def set_attention_implementation(name):
+    """Chooses the attention implementation for layers called from now on (a traced step keeps
+    the one it was traced with): "auto" (the default), "plain" or "fused"."""
+    global _implementation
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"attention implementation {name!r} is not one of "
+                         f"{', '.join(IMPLEMENTATIONS)}.")
+    _implementation = name
+
+
+def attention_implementation():
+    return _implementation
+
+
+def _fused_kernel_here():
+    """Whether Keras' dot_product_attention has a fused kernel on this backend and device:
+    JAX on a GPU (cuDNN flash attention) or TPU (Splash attention)."""
+    if keras.backend.backend() != "jax":
+        return False
+    import jax
+
+    return jax.default_backend() in ("gpu", "cuda", "tpu")
+
+
+def fused_attention_applies(query, key, weights_wanted, dropout_active):
+    """Whether the fused path serves this call under "auto": a fused kernel exists here, no
+    one asks for the weights (the kernel never forms them), no dropout acts on them, the
+    compute dtype is bf16 or fp16 (cuDNN's flash kernel takes no float32), heads are a multiple
+    of 8 and at most 128 wide, and both lengths are even (cuDNN's training kernel with a mask
+    needs it). query, key: (B, H, T, d_k), (B, H, S, d_k)."""
+    if weights_wanted or dropout_active or _implementation == "plain":
+        return False
+    if _implementation == "fused":
+        return True
+    dtype = keras.backend.standardize_dtype(query.dtype)
+    head, length, keys = query.shape[-1], query.shape[2], key.shape[2]
+    if dtype not in ("bfloat16", "float16") or head is None or head % 8 or head > 128:
+        return False
+    if length is None or keys is None or length % 2 or keys % 2:
+        return False
+    return _fused_kernel_here()
 
 
 def large_negative(dtype):
@@ -34,6 +89,45 @@ def _expand_mask(mask):
     )
 
 
+def plain_attention(query, key, value, attention_mask=None, dropout=None, training=None,
+                    dtype=None):
+    """Eq. 1 written out: (output (B, H, T, d_v), weights (B, H, T, S)); the softmax in float32,
+    the weights cast to `dtype` (default the query's) before `dropout` (a layer) and the
+    weighted sum. query (B, H, T, d_k), key (B, H, S, d_k), value (B, H, S, d_v)."""
+    dtype = dtype or query.dtype
+    d_k = query.shape[-1]
+    # Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
+    query = query * ops.cast(1.0 / math.sqrt(d_k), query.dtype)
+    scores = ops.einsum("bhtd,bhsd->bhts", query, key)  # (B, H, T, S)
+    scores = ops.cast(scores, "float32")
+    if attention_mask is not None:
+        # An additive bias (0 where allowed) rather than a select: the addition's gradient
+        # passes through unchanged, while a select costs a pass over the (B, H, T, S)
+        # scores forward and another backward.
+        scores = scores + mask_bias(attention_mask)
+    weights = ops.cast(ops.softmax(scores, axis=-1), dtype)
+    if dropout is not None:
+        weights = dropout(weights, training=training)
+    output = ops.einsum("bhts,bhsd->bhtd", weights, value)  # (B, H, T, d_v)
+    return output, weights
+
+
+def fused_attention(query, key, value, attention_mask=None):
+    """Eq. 1 through `keras.ops.dot_product_attention` (its flash kernel where the backend has
+    one): output (B, H, T, d_v), no weights. Same arguments as `plain_attention`, no dropout.
+
+    Keras takes (B, T, H, D): the transposes around the call cancel against those of
+    `MultiHeadAttention` under XLA."""
+    def heads_second(x):  # (B, H, T, D) <-> (B, T, H, D)
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    mask = None if attention_mask is None else _expand_mask(attention_mask)  # (B, 1, T|1, S)
+    output = ops.dot_product_attention(
+        heads_second(query), heads_second(key), heads_second(value), mask=mask,
+        scale=1.0 / math.sqrt(query.shape[-1]))
+    return heads_second(output)
+
+
 def mask_bias(mask):
     """Boolean mask (B, S) or (B, T, S) -> float32 bias (B, 1, 1 or T, S): 0 where True, a
     large negative number where False (its softmax weight is exactly 0)."""
@@ -46,7 +140,9 @@ class ScaledDotProductAttention(keras.layers.Layer):
     """softmax(Q K^T / sqrt(d_k)) V with boolean masking.
 
     The layer has no weights. The softmax is computed in float32 whatever the compute dtype
-    (so mixed precision stays stable), then cast back.
+    (so mixed precision stays stable), then cast back. Where `fused_attention_applies` (JAX on a
+    GPU, bf16, weights not asked for) the fused kernel computes the same; it returns no
+    weights.
 
     Args:
         dropout: dropout rate on the attention weights (the paper uses none: 0.0).
@@ -57,9 +153,10 @@ class ScaledDotProductAttention(keras.layers.Layer):
         value: (B, H, S, d_v).
         attention_mask: optional boolean mask, (B, S) or (B, T, S); True = may attend.
         training: whether dropout is active.
+        return_weights: whether the caller reads the weights (False lets the fused kernel run).
 
     Returns:
-        (output (B, H, T, d_v), weights (B, H, T, S)).
+        (output (B, H, T, d_v), weights (B, H, T, S), or None when the fused kernel ran).
 
     References:
         Vaswani et al., 2017, Eq. 1.
@@ -72,21 +169,13 @@ class ScaledDotProductAttention(keras.layers.Layer):
         self.dropout = dropout
         self.dropout_layer = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
 
-    def call(self, query, key, value, attention_mask=None, training=None):
-        d_k = query.shape[-1]
-        # Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
-        query = query * ops.cast(1.0 / math.sqrt(d_k), query.dtype)
-        scores = ops.einsum("bhtd,bhsd->bhts", query, key)  # (B, H, T, S)
-        scores = ops.cast(scores, "float32")
-        if attention_mask is not None:
-            # An additive bias (0 where allowed) rather than a select: the addition's gradient
-            # passes through unchanged, while a select costs a pass over the (B, H, T, S)
-            # scores forward and another backward.
-            scores = scores + mask_bias(attention_mask)
-        weights = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-        weights = self.dropout_layer(weights, training=training)
-        output = ops.einsum("bhts,bhsd->bhtd", weights, value)  # (B, H, T, d_v)
-        return output, weights
+    def call(self, query, key, value, attention_mask=None, training=None,
+             return_weights=True):
+        dropout_active = bool(training) and self.dropout > 0
+        if fused_attention_applies(query, key, return_weights, dropout_active):
+            return fused_attention(query, key, value, attention_mask), None
+        return plain_attention(query, key, value, attention_mask, self.dropout_layer, training,
+                               self.compute_dtype)
 
     def get_config(self):
         return {**super().get_config(), "dropout": self.dropout}
@@ -238,7 +327,8 @@ class MultiHeadAttention(keras.layers.Layer):
                 cache = (keys, values)
 
         output, weights = self.attention(
-            queries, keys, values, attention_mask=attention_mask, training=training
+            queries, keys, values, attention_mask=attention_mask, training=training,
+            return_weights=return_attention_scores,
         )  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
         batch, length = ops.shape(output)[0], ops.shape(output)[1]

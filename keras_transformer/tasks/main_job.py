@@ -87,8 +87,11 @@ def _check_member(run, config):
 
 
 def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EXPORT_DIR,
-        train_steps=None):
-    """Runs the main job; returns the summary dict (also written to RUN_DIR/summary.json)."""
+        train_steps=None, settings=None):
+    """Runs the main job; returns the summary dict (also written to RUN_DIR/summary.json).
+
+    `settings`: more training settings for every model it trains, e.g. `prepared_data` and
+    `source_dir` where the corpus is carried prepared (benchmarks/gpu_check.py)."""
     import keras
 
     from keras_transformer.decoding.request import save_choice
@@ -102,8 +105,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
     mode = "full" if full else "quick"
     specs = members(full, tgt_lang)
-    if train_steps is not None:
-        specs = [(name, dict(settings, train_steps=train_steps)) for name, settings in specs]
+    extra = dict(settings or {}, **({} if train_steps is None else {"train_steps": train_steps}))
+    specs = [(name, dict(member, **extra)) for name, member in specs]
     name = f"multi30k-{src_lang}-{tgt_lang}-{mode}"
     run_dir = pathlib.Path(output_dir or pathlib.Path("runs") / name)
     started = time.monotonic()

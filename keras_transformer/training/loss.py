@@ -33,8 +33,10 @@ def smoothed_token_losses(labels, logits, label_smoothing):
     gradient. On TensorFlow the gradient is written by hand as (softmax - eps / V) * upstream
     with (1 - eps) * upstream taken off at the labels, instead of autodiff's chain of
     broadcasts, a scatter into a zero (B, T, V) tensor and a sum of them; the logits
-    themselves are not kept for the backward pass. On JAX, XLA fuses autodiff's element-wise
-    chain into a few kernels itself, so the same forward pass is differentiated as written.
+    themselves are not kept for the backward pass. Elsewhere (JAX) the loss is written as
+    reductions of the logits (`_logsumexp_losses`) that XLA fuses with their cast to float32:
+    no float32 (B, T, V) copy, softmax or probability tensor is kept, and autodiff's gradient
+    exp(z - lse) - q is one fused element-wise pass written in the logits' own dtype.
 
     Args:
         labels: int (B, T), each in [0, V).
@@ -44,7 +46,6 @@ def smoothed_token_losses(labels, logits, label_smoothing):
     Returns:
         float32 (B, T) losses (padding positions included; mask them yourself).
     """
-    logits = ops.cast(logits, "float32")
     labels = ops.cast(labels, "int32")
     shape = ops.shape(labels)
     vocab = ops.shape(logits)[-1]
@@ -52,10 +53,25 @@ def smoothed_token_losses(labels, logits, label_smoothing):
     flat_labels = ops.reshape(labels, (-1,))
     eps = float(label_smoothing)
     if keras.backend.backend() == "tensorflow":
-        losses = _tensorflow_fused_losses(flat_logits, flat_labels, eps)
+        losses = _tensorflow_fused_losses(ops.cast(flat_logits, "float32"), flat_labels, eps)
     else:
-        losses, _ = _smoothed_losses_and_probs(flat_logits, flat_labels, eps)
+        losses = _logsumexp_losses(flat_logits, flat_labels, eps)
     return ops.reshape(losses, shape)
+
+
+def _logsumexp_losses(logits, labels, eps):
+    """(N, V) logits of any float dtype, (N,) labels -> (N,) float32 label-smoothed losses.
+
+    lse - z_y and lse - mean_j z_j, each reduction taking the logits up to float32 as it
+    reads them (under XLA the cast fuses into the reduction, so bf16 logits are never copied
+    to float32 whole). The same values as `_smoothed_losses_and_probs`, without its floor at
+    87 on a token's loss."""
+    wide = ops.cast(logits, "float32")
+    lse = ops.logsumexp(wide, axis=-1)
+    nll = lse - ops.take_along_axis(wide, labels[:, None], axis=1)[:, 0]
+    if not eps:
+        return nll
+    return (1.0 - eps) * nll + eps * (lse - ops.mean(wide, axis=-1))
 
 
 def _smoothed_losses_and_probs(logits, labels, eps):

@@ -1,0 +1,397 @@
+"""The GPU check (issue 45) in one command: speed against PyTorch and KerasHub, the quick recipe,
+the full recipe and a small sweep on val, trained under JAX from the GPU kit's prepared data.
+
+    sh gpu-kit/gpu-check                      # on the GPU machine, from the repository root
+    sh gpu-kit/gpu-check --parts c --limits c=560
+    python benchmarks/gpu_check.py --kit gpu-kit --out OUT --tiny   # a CPU run, shapes cut down
+
+`make gpu-kit` builds the kit (benchmarks/gpu_kit.py); its `gpu-check` puts the kit's wheels in
+a temporary site and runs this script. Three parts, each in its own process (JAX keeps the GPU
+memory it took until its process ends) under its own time limit (--limits, seconds), so one
+part that fails or overruns leaves the others' figures:
+
+    a  benchmarks/gpu.py: the training step of the paper's base and big models in bf16 (ours
+       and torch.compile's nn.Transformer, then ours on base with the plain attention: what the
+       fused kernel gives, then KerasHub's layers) with MFU against the bf16 matmul peak of
+       the same run (--attention sets ours everywhere else, e.g. plain if the fused one fails)
+    b  the quick recipe (`keras-transformer demo`'s: tasks/main_job.py QUICK) trained under JAX
+       from the kit's prepared data; weights and length penalty chosen on val as the demo does;
+       test2016 sacreBLEU and literature BLEU
+    c  the full recipe (FULL, one model) and a sweep around it (SWEEP: steps, dropout, width,
+       label smoothing), each scored on val alone (greedy, the best of final weights and
+       checkpoint averages); the best setting's length penalty chosen on val, and its test2016
+       decoded once. Settings start while the part's time allows (the last one's minutes
+       predict the next's); those left out are listed.
+
+Output under --out ($OUT on the device machine): gpu-check.jsonl, every result as one JSON line
+with its "part" (rewritten whole after each line, so a run cut short keeps what it had), and
+a.log, b.log, c.log, each part's own output. `import tensorflow` fails in every part (as on the
+GPU machine); --tiny cuts models, shapes and steps down so the whole runs on a CPU in minutes
+(tests/test_gpu_kit.py).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+PARTS = {"a": "speed: base and big, ours beside torch.compile and KerasHub",
+         "b": "the quick recipe", "c": "the full recipe and a sweep on val"}
+# Seconds per part: together, with the wheels' install, well inside one 10-minute command.
+# --tiny checks the path, not the speed: a loaded 2-core CPU gets all the time it needs.
+LIMITS = {"a": 170, "b": 150, "c": 230}
+TINY_LIMIT = 1200
+BLOCKED = ("tensorflow", "tensorflow_text", "tensorflow_datasets")
+# Changes to the full recipe (tasks/main_job.py FULL), tried in this order while time allows.
+SWEEP = (("full", {}),
+         ("steps-8250", dict(train_steps=8250)),
+         ("dropout-0.2", dict(dropout=0.2)),
+         ("d512", dict(d_model=512, d_ff=2048, num_heads=8)),
+         ("label-smoothing-0.2", dict(label_smoothing=0.2)))
+# --tiny: a model and a schedule a CPU trains in seconds (the kit's data, cut to few steps).
+TINY_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, tokens_per_batch=256,
+                  warmup_steps=4, train_steps=4, eval_steps=2, checkpoint_steps=2,
+                  keep_checkpoints=4, precision="float32")
+TINY_SWEEP = (("full", {}), ("dropout-0.2", dict(dropout=0.2)))
+RESULT_KEYS = ("benchmark", "check")  # a line of a part's output that is a result
+
+
+def is_result(line):
+    if not line.startswith("{"):
+        return None
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) and any(k in record for k in RESULT_KEYS) else None
+
+
+def emit(record):
+    """A result line on standard output (the parent process collects it)."""
+    print(json.dumps(record, default=str), flush=True)
+
+
+def block_tensorflow():
+    """`import tensorflow` (and its text and datasets packages) fails from here on, as on the
+    GPU machine, unless it was imported already."""
+    for name in BLOCKED:
+        sys.modules.setdefault(name, None)
+
+
+def tensorflow_imported():
+    return any(sys.modules.get(name) is not None for name in BLOCKED)
+
+
+# -- the parent: runs the parts, collects their results ----------------------------------------
+
+
+class Results:
+    """gpu-check.jsonl under --out, rewritten whole (atomically) after each new line."""
+
+    def __init__(self, out):
+        from pipelines.files import write_lines
+
+        self.path = pathlib.Path(out) / "gpu-check.jsonl"
+        self._write = write_lines
+        self.lines = []
+
+    def add(self, record):
+        self.lines.append(json.dumps(record, default=str))
+        self._write(self.path, self.lines)
+        print(self.lines[-1], flush=True)
+
+
+def nvidia_smi():
+    """The GPU's name, memory and driver as nvidia-smi says, or None without one."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    result = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                             "--format=csv,noheader"], capture_output=True, text=True)
+    return result.stdout.strip() or None
+
+
+def run_part(part, args, results):
+    """Runs one part in a child process under its time limit; its results go to `results`, its
+    other output to OUT/PART.log."""
+    command = [sys.executable, str(HERE / "gpu_check.py"), "--run-part", part, "--kit",
+               str(args.kit), "--out", str(args.out), "--work", str(args.work), "--limits",
+               ",".join(f"{name}={seconds}" for name, seconds in args.limits.items())]
+    if args.tiny:
+        command.append("--tiny")
+    command += ["--attention", args.attention]
+    limit = args.limits[part]
+    started = time.monotonic()
+    log_path = pathlib.Path(args.out) / f"{part}.log"
+    count, timed_out = 0, threading.Event()
+    # The log is a stream (what the part prints as it runs), so that a part cut short leaves its
+    # output; the results go through the atomic writer.
+    with open(log_path, "w", encoding="utf-8") as log:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, cwd=ROOT, start_new_session=True,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+        def stop():  # the part and whatever it started (its own process group)
+            timed_out.set()
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+
+        watchdog = threading.Timer(limit, stop)
+        watchdog.start()
+        try:
+            for line in child.stdout:
+                record = is_result(line.strip())
+                if record is not None:
+                    count += 1
+                    results.add({"part": part, **record})
+                else:
+                    log.write(line)
+                    log.flush()
+            child.wait()
+        finally:
+            watchdog.cancel()
+    timed_out = timed_out.is_set()
+    results.add({"part": part, "check": "part_done", "what": PARTS[part],
+                 "exit": child.returncode, "timed_out": timed_out, "limit_s": limit,
+                 "minutes": round((time.monotonic() - started) / 60, 2), "results": count})
+    return child.returncode == 0 and not timed_out
+
+
+def parent(args):
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = Results(out)
+    kit_info = json.loads((args.kit / "kit.json").read_text(encoding="utf-8"))
+    results.add({"part": "-", "check": "gpu_check_environment", "gpu": nvidia_smi(),
+                 "python": sys.version.split()[0], "tiny": args.tiny, "parts": args.parts,
+                 "limits": {part: args.limits[part] for part in args.parts},
+                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                     timespec="seconds"),
+                 "kit": {key: kit_info.get(key) for key in ("built", "wheels", "bytes",
+                                                            "statistics")}})
+    started = time.monotonic()
+    passed = {part: run_part(part, args, results) for part in args.parts}
+    results.add({"part": "-", "check": "gpu_check_summary", "passed": passed,
+                 "minutes": round((time.monotonic() - started) / 60, 2)})
+    return 0 if all(passed.values()) else 1
+
+
+# -- the parts (each in its own process) -------------------------------------------------------
+
+
+def part_a(args):
+    """benchmarks/gpu.py in three calls, in bf16: torch.compile and ours on base and big, ours
+    with the plain attention on base, KerasHub on base and big."""
+    common = ["--dtypes", "bf16", "--no-search"]
+    if args.tiny:
+        calls = [["--tiny", "--engines", "ours", "--steps", "2", "--warmup", "1",
+                  "--attention", args.attention]]
+    else:
+        # The target and its yardstick first: a part cut at its limit loses the last call.
+        steps = ["--steps", "10", "--warmup", "2"]
+        calls = [["--shapes", "base,big", "--engines", "torch,ours", *steps,
+                  "--attention", args.attention],
+                 ["--shapes", "base", "--engines", "ours", *steps, "--attention", "plain"],
+                 ["--shapes", "base,big", "--engines", "keras-hub", *steps]]
+    code = 0
+    for call in calls:
+        result = subprocess.run([sys.executable, str(HERE / "gpu.py"), *common, *call],
+                                cwd=ROOT, check=False)
+        code = code or result.returncode
+    return code
+
+
+def data_settings(args):
+    """Where the kit's data is, and the run's numerics (--tiny: a tiny model, float32)."""
+    settings = dict(prepared_data=str(args.kit / "data" / "prepared"),
+                    source_dir=str(args.kit / "data" / "multi30k"), verbose=1)
+    if args.tiny:
+        settings.update(TINY_MODEL)
+    return settings
+
+
+def text_result(result):
+    return {key: result.get(key) for key in ("sacrebleu", "chrf", "literature_bleu",
+                                            "literature_references", "sacrebleu_signature")}
+
+
+def part_b(args):
+    """The quick recipe as the demo runs it (tasks/main_job.py), from the kit's data."""
+    import keras
+
+    from keras_transformer.tasks import main_job
+
+    settings = data_settings(args)
+    summary = main_job.run(full=False, output_dir=str(args.work / "quick"), settings=settings)
+    training = summary.get("training") or {}
+    emit({"check": "quick_recipe", "backend": keras.backend.backend(),
+          "recipe": {**main_job.QUICK, **settings},
+          "train_minutes": round(training.get("seconds", 0) / 60, 2),
+          "steps": training.get("step"), "tokens_per_s": training.get("tokens_per_s"),
+          "precision": training.get("precision"),
+          "val_perplexity": training.get("val_perplexity"),
+          "weights": summary.get("weights"), "alpha": summary.get("alpha"),
+          "val_greedy_sacrebleu": summary.get("val_greedy_sacrebleu"),
+          "val_beam_sacrebleu_by_alpha": summary.get("val_beam_sacrebleu_by_alpha"),
+          "test2016": summary.get("test2016"), "job_minutes": summary.get("job_minutes"),
+          "tensorflow_imported": tensorflow_imported()})
+    return 0
+
+
+def part_c(args):
+    """The full recipe and SWEEP, chosen on val; the best one's test2016 decoded once."""
+    import keras
+
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.defaults import TRANSLATION
+    from keras_transformer.evaluation.evaluate import evaluate_split
+    from keras_transformer.runs import Run, make_config
+    from keras_transformer.tasks import main_job
+    from keras_transformer.tasks.tuning import VAL_SENTENCES, choose_alpha, choose_weights
+    from keras_transformer.training.trainer import train
+    from pipelines import datasets
+
+    started = time.monotonic()
+    limit = args.limits["c"]
+    settings = data_settings(args)
+    base = {**main_job.recipe(full=True), **settings}
+    sweep = TINY_SWEEP if args.tiny else SWEEP
+    where = dict(source_dir=settings["source_dir"])
+    val_sources, val_references = datasets.split_texts("multi30k", "dev", **where)
+    val_sources, val_references = val_sources[:VAL_SENTENCES], val_references[:VAL_SENTENCES]
+    best, last_minutes, left_out = None, None, []
+    for name, changes in sweep:
+        spent = (time.monotonic() - started) / 60
+        # Keep a quarter of the part's time for the best setting's alpha and test2016.
+        if last_minutes is not None and spent + 1.1 * last_minutes > 0.75 * limit / 60:
+            left_out.append(name)
+            continue
+        setting_started = time.monotonic()
+        directory = args.work / "sweep" / name
+        config = make_config(None, origin="recipe", output_dir=str(directory),
+                             **{**base, **changes})
+        training = train(config)
+        run = Run(directory)
+        model, weights, scores = choose_weights(run, val_sources, val_references)
+        val = max(scores.values())
+        last_minutes = (time.monotonic() - setting_started) / 60
+        emit({"check": "sweep", "setting": name, "changes": changes,
+              "train_minutes": round(training.get("seconds", 0) / 60, 2),
+              "setting_minutes": round(last_minutes, 2), "steps": training.get("step"),
+              "tokens_per_s": training.get("tokens_per_s"),
+              "precision": training.get("precision"),
+              "val_perplexity": training.get("val_perplexity"), "weights": weights,
+              "val_greedy_sacrebleu": val, "val_by_weights": scores})
+        if best is None or val > best[2]:
+            best = (name, model, val, run, changes)
+        model = None
+        keras.backend.clear_session()  # the chosen model stays referenced in `best`
+    if left_out:
+        emit({"check": "sweep_left_out", "settings": left_out, "limit_s": limit,
+              "reason": "the part's time would not have held another setting"})
+    name, model, val, run, changes = best
+    tokenizer = run.vocabulary()
+    config = run.config
+    beam = TRANSLATION.beam_size
+    alpha, by_alpha = choose_alpha(model, tokenizer, config.max_length, val_sources,
+                                   val_references, beam)
+    translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
+                            max_input_length=config.max_length)
+    sources, references = datasets.split_texts("multi30k", "test", **where)
+    official = datasets.official_tokenized_references("multi30k", "test", config.tgt_lang,
+                                                      settings["source_dir"])
+    result = evaluate_split(translator, sources, references, lang=config.tgt_lang,
+                            official_references=official, progress=False)
+    emit({"check": "full_recipe_best", "setting": name, "changes": changes,
+          "val_greedy_sacrebleu": val, "beam": beam, "alpha": alpha,
+          "val_beam_sacrebleu_by_alpha": {str(a): v for a, v in by_alpha.items()},
+          "test2016": text_result(result), "backend": keras.backend.backend(),
+          "minutes": round((time.monotonic() - started) / 60, 2),
+          "tensorflow_imported": tensorflow_imported()})
+    return 0
+
+
+def child(args):
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    block_tensorflow()
+    sys.path[:0] = [str(ROOT)]
+    args.work.mkdir(parents=True, exist_ok=True)
+    from keras_transformer.layers.attention import set_attention_implementation
+
+    set_attention_implementation(args.attention)
+    return {"a": part_a, "b": part_b, "c": part_c}[args.run_part](args)
+
+
+def parse_limits(text):
+    limits = {}
+    for item in filter(None, text.split(",")):
+        part, _, seconds = item.partition("=")
+        if part not in PARTS or not seconds.isdigit():
+            raise argparse.ArgumentTypeError(
+                f"--limits {text!r}: give PART=SECONDS, comma-separated, PART among "
+                f"{', '.join(PARTS)} (e.g. a=170,c=230)")
+        limits[part] = int(seconds)
+    return limits
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kit", type=pathlib.Path, required=True,
+                        help="the kit folder (`make gpu-kit`)")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("gpu-out"),
+                        help="where the JSON lines and logs go ($OUT on the device machine)")
+    parser.add_argument("--work", type=pathlib.Path, default=None,
+                        help="the runs' folder (default: a new temporary folder)")
+    parser.add_argument("--parts", default="a,b,c",
+                        help="comma-separated, among a, b, c (default all, in that order)")
+    parser.add_argument("--limits", type=parse_limits, default={},
+                        help="seconds per part, e.g. a=170,b=150,c=230 (the defaults; "
+                             f"{TINY_LIMIT} each with --tiny)")
+    parser.add_argument("--attention", choices=["auto", "plain", "fused"], default="auto",
+                        help="our attention in every part (auto: the fused kernel where it "
+                             "serves; plain: einsum and softmax, e.g. if the fused one fails)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="tiny models, shapes and steps: the whole check on a CPU")
+    parser.add_argument("--run-part", choices=list(PARTS), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.limits = {**{part: TINY_LIMIT if args.tiny else LIMITS[part] for part in PARTS},
+                   **args.limits}
+    args.parts = [part.strip() for part in args.parts.split(",") if part.strip()]
+    unknown = [part for part in args.parts if part not in PARTS]
+    if unknown or not args.parts:
+        parser.error(f"--parts {','.join(args.parts)}: choose among {', '.join(PARTS)}")
+    if not (args.kit / "kit.json").is_file():
+        parser.error(f"--kit {args.kit}: no kit.json there; build the kit with `make gpu-kit`")
+    args.kit = args.kit.resolve()
+    args.out = args.out.resolve()
+    if args.work is None:
+        import tempfile
+
+        args.work = pathlib.Path(tempfile.mkdtemp(prefix="gpu-check-runs-"))
+    args.work = args.work.resolve()
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.run_part:
+        return child(args)
+    sys.path[:0] = [str(ROOT)]
+    return parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
