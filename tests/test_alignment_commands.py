@@ -11,7 +11,6 @@ import pytest
 from keras_transformer import cli
 from keras_transformer.decoding.alignment import parse_pharaoh
 from keras_transformer.decoding.translate import Translator
-from keras_transformer.errors import InputError
 from keras_transformer.export import ExportError, export_run
 
 LINES = ["the dog runs in the park", "", "a big red cat", "green   water ", "a"]
@@ -114,10 +113,3 @@ def test_what_alignments_do_not_apply_to_is_refused(tiny_run, tmp_path, capsys):
         export_run(tiny_run, format="tflite", output_dir=tmp_path, alignments=True)
     with pytest.raises(ExportError, match="without --ids-only"):
         export_run(tiny_run, output_dir=tmp_path, ids_only=True, alignments=True)
-    # An engine without them refuses by name (the text layer's one place).
-    Translator.SUPPORTS, kept = Translator.SUPPORTS - {"alignments"}, Translator.SUPPORTS
-    try:
-        with pytest.raises(InputError, match="does not support alignments"):
-            Translator.from_run(tiny_run).translate(["a"], alignments=True)
-    finally:
-        Translator.SUPPORTS = kept
