@@ -321,13 +321,18 @@ def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(digit_r
     requests.write_text(repr([
         ("serving_default", dict(sentences=sources, beam_size=2, alpha=0.6, prefixes=[])),
         ("translate_nbest", dict(sentences=sources, beam_size=2, alpha=0.6, num_hypotheses=2,
+                                 prefixes=[])),
+        ("serving_default", dict(sentences=[], beam_size=2, alpha=0.6, prefixes=[])),
+        ("translate_nbest", dict(sentences=[], beam_size=2, alpha=0.6, num_hypotheses=2,
                                  prefixes=[]))]), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, str(path), str(requests), str(tmp_path / "a.json")],
         capture_output=True, text=True, timeout=600, env={**os.environ,
                                                           "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert result.returncode == 0, result.stderr[-3000:]
-    served, served_nbest = json.loads((tmp_path / "a.json").read_text())["answers"]
+    served, served_nbest, *no_sentences = json.loads((tmp_path / "a.json").read_text())[
+        "answers"]
+    assert [answer["alignments"] for answer in no_sentences] == [[], []]  # 0 in, 0 out
     assert list(zip(served["translations"], served["alignments"])) == best
     for row, hypotheses in enumerate(nbest):
         got = list(zip(served_nbest["translations"][row], served_nbest["alignments"][row]))

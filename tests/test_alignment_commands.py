@@ -42,6 +42,10 @@ def test_translate_alignments_lines_are_text_tab_pharaoh(tiny_run, tmp_path, cap
         translation, links = line.split("\t")  # exactly one tab
         assert_within(links, text, translation)
     assert lines[1] == "\t"  # an empty line: empty translation, empty alignment
+    # The option is part of the resumable job's identity: without it, the job starts over.
+    assert cli.main(["translate", "--run-dir", str(tiny_run), "--input", str(source),
+                     "--output", str(output), "--precision", "float32"]) == 0
+    assert "\t" not in output.read_text(encoding="utf-8")
     # The Python API says the same; the plain translations are unchanged.
     translator = Translator.from_run(tiny_run, precision="float32")
     pairs = translator.translate(LINES, alignments=True)
@@ -55,19 +59,6 @@ def test_translate_alignments_lines_are_text_tab_pharaoh(tiny_run, tmp_path, cap
     assert {len(row) for row in rows} == {4} and len(rows) == 2 * (len(LINES) - 1) + 1
     for number, _, text, links in rows:
         assert_within(links, LINES[int(number)], text)
-
-
-def test_the_option_is_part_of_a_resumed_jobs_identity(tiny_run, tmp_path, capsys):
-    source = tmp_path / "in.txt"
-    source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
-    output = tmp_path / "out.txt"
-    common = ["translate", "--run-dir", str(tiny_run), "--input", str(source), "--output",
-              str(output), "--precision", "float32"]
-    assert cli.main(common) == 0
-    plain = output.read_text(encoding="utf-8")
-    assert cli.main(common + ["--alignments"]) == 0  # not taken as the same job, done again
-    assert output.read_text(encoding="utf-8") != plain
-    assert all("\t" in line for line in output.read_text(encoding="utf-8").splitlines())
 
 
 def test_score_alignments_are_teacher_forced_on_the_given_pair(tiny_run, tmp_path, capsys):
@@ -88,6 +79,7 @@ def test_score_alignments_are_teacher_forced_on_the_given_pair(tiny_run, tmp_pat
     assert [f"{f['log_prob']:.4f}" for f in found] == [row[0] for row in rows]
 
 
+@pytest.mark.slow  # seconds: one more model load and search (the format is tested above)
 def test_evaluate_writes_the_alignments_beside_the_hypotheses(tiny_run, tmp_path, capsys):
     src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
     src.write_text("\n".join(LINES[:3]) + "\n", encoding="utf-8")
