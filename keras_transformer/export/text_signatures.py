@@ -88,8 +88,11 @@ def alignments(module, ids, hypotheses):
     """(N, S) source ids and (N, H, T) hypotheses -> (N, H) Pharaoh strings, in the graph."""
     shape = tf.shape(hypotheses)
     flat = tf.reshape(hypotheses, [shape[0] * shape[1], shape[2]])
-    flat = tf.pad(flat, [[0, 0], [0, tf.maximum(0, 1 - shape[2])]])  # at least one column
-    links = align_ids(module.model, tf.repeat(ids, shape[1], axis=0), flat,
+
+    def widened(rows):  # at least one column: a request of 0 sentences has none
+        return tf.pad(rows, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(rows)[1])]])
+
+    links = align_ids(module.model, widened(tf.repeat(ids, shape[1], axis=0)), widened(flat),
                       module.starts_word)
     return tf.reshape(pharaoh_graph(links), shape[:2])
 
