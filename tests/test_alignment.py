@@ -1,7 +1,8 @@
 """Word alignments: the Pharaoh format, AER, pieces gathered into words, the graph's strings
 equal to Python's, and, on a model trained on the digit corpus (one target word per source
 word, in order), AER <= 0.1 against the diagonal with the chosen layer and heads, from our
-engine and from CTranslate2."""
+engine and from CTranslate2; the same alignments from `Translator`, the SavedModel (loaded in
+a fresh process) and, within the documented tolerance, the CTranslate2 engine."""
 
 import pathlib
 
@@ -269,3 +270,89 @@ def test_digit_alignments_are_the_diagonal(digit_run, tmp_path):
         total += len(ours.split())
     print(f"CTranslate2: {same} of {total} target words linked as ours")
     assert same >= 0.95 * total, (same, total)
+
+
+def linked_alike(ours, theirs):
+    """(target words linked to the same source word, target words) over Pharaoh lines."""
+    same = sum(a == b for x, y in zip(ours, theirs) for a, b in zip(x.split(), y.split()))
+    return same, sum(len(x.split()) for x in ours)
+
+
+@pytest.mark.slow
+def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(digit_run, tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.export import export_saved_model
+    from keras_transformer.runs import Run
+    from tests.test_serving import FRESH_PROCESS
+
+    run_dir, held_out = digit_run
+    run = Run(run_dir)
+    model, vocabulary = run.load_model(), run.vocabulary()
+    sources = held_out[:12] + ["", "3 1 4"]
+    ours = Translator(model, vocabulary, beam_size=2, alpha=0.6, precision="float32")
+    best = ours.translate(sources, alignments=True)
+    nbest = ours.translate(sources, nbest=True, alignments=True)
+    assert [pair for pair in best] == [(h[0][0], h[0][2]) for h in nbest]
+    assert best[-2] == ("", "") and nbest[-2] == [("", 0.0, "")]
+    assert alignment_error_rate([a for _, a in best[:-2]],
+                                [diagonal(s) for s in sources[:-2]]) <= 0.1
+    # Teacher-forced on the search's own output: the search's alignment.
+    scored = ours.score(sources, [text for text, _ in best], alignments=True)
+    assert [s["alignment"] for s in scored] == [a for _, a in best]
+
+    # The SavedModel, exported with alignments, loaded in a fresh process.
+    path = export_saved_model(model, run.tokenizer(), tmp_path / "saved", beam_size=2,
+                              alpha=0.6, max_input_length=run.config.max_length,
+                              alignments=True)
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
+    outputs = {name: sorted(signature.outputs)
+               for name, signature in proto.meta_graphs[0].signature_def.items()}
+    assert outputs["serving_default"] == outputs["translate_nbest"] == [
+        "alignments", "scores", "translations"]
+    assert "alignments" not in outputs["sample"] + outputs["translate_ids"]
+    requests = tmp_path / "requests.py"
+    requests.write_text(repr([
+        ("serving_default", dict(sentences=sources, beam_size=2, alpha=0.6, prefixes=[])),
+        ("translate_nbest", dict(sentences=sources, beam_size=2, alpha=0.6, num_hypotheses=2,
+                                 prefixes=[])),
+        ("serving_default", dict(sentences=[], beam_size=2, alpha=0.6, prefixes=[])),
+        ("translate_nbest", dict(sentences=[], beam_size=2, alpha=0.6, num_hypotheses=2,
+                                 prefixes=[]))]), encoding="utf-8")
+    result = subprocess.run(
+        [sys.executable, "-c", FRESH_PROCESS, str(path), str(requests), str(tmp_path / "a.json")],
+        capture_output=True, text=True, timeout=600, env={**os.environ,
+                                                          "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    served, served_nbest, *no_sentences = json.loads((tmp_path / "a.json").read_text())[
+        "answers"]
+    assert [answer["alignments"] for answer in no_sentences] == [[], []]  # 0 in, 0 out
+    assert list(zip(served["translations"], served["alignments"])) == best
+    for row, hypotheses in enumerate(nbest):
+        got = list(zip(served_nbest["translations"][row], served_nbest["alignments"][row]))
+        assert got[: len(hypotheses)] == [(text, links) for text, _, links in hypotheses]
+
+    # CTranslate2 (its greedy search, our rule on its attention): within the tolerance.
+    pytest.importorskip("ctranslate2")
+    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
+    from keras_transformer.export.ct2 import export_ctranslate2
+
+    folder = export_ctranslate2(model, run.tokenizer(), tmp_path / "ct2",
+                                max_input_length=run.config.max_length)
+    theirs = CTranslate2Translator(folder, beam_size=1).translate(sources, alignments=True)
+    greedy = Translator(model, vocabulary, beam_size=1, precision="float32").translate(
+        sources, alignments=True)
+    assert [text for text, _ in theirs] == [text for text, _ in greedy]
+    same, total = linked_alike([a for _, a in greedy], [a for _, a in theirs])
+    scored = CTranslate2Translator(folder).score(sources, [t for t, _ in best],
+                                                 alignments=True)
+    same_scored, _ = linked_alike([a for _, a in best], [s["alignment"] for s in scored])
+    print(f"CTranslate2 engine: {same}/{total} target words linked as ours (search), "
+          f"{same_scored}/{total} (score)")
+    assert same >= 0.95 * total and same_scored >= 0.95 * total, (same, same_scored, total)

@@ -153,6 +153,19 @@ def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, cap
     assert with_prefix == ours.translate(SOURCES, prefixes=prefixes)
     assert all(text.startswith(prefix) for text, prefix in zip(with_prefix, prefixes))
     assert theirs.translate(["", "a cat"], prefixes=["CAT", ""])[0] == ""
+    # Alignments (return_attention, our rule on it): the same links as ours, teacher-forced
+    # on given pairs and on the search's output with prefixes (docs/decoding.md's tolerance:
+    # a near tie may flip, >= 95% of target words alike); an empty line gives "".
+    scored = [[s["alignment"] for s in engine.score(sources, targets, alignments=True)]
+              for engine in (ours, theirs)]
+    searched = [engine.translate(SOURCES + [""], prefixes=prefixes + [""], alignments=True)
+                for engine in (ours, theirs)]
+    assert [t for t, _ in searched[0]] == [t for t, _ in searched[1]]
+    for mine, found in (scored, [[a for _, a in pairs] for pairs in searched]):
+        assert mine[-1] == found[-1] == ""
+        links = [(x, y) for m, f in zip(mine, found) for x, y in zip(m.split(), f.split())]
+        assert len(links) == sum(len(m.split()) for m in mine) > 0
+        assert sum(x == y for x, y in links) >= 0.95 * len(links), (mine, found)
     # Sampling: seeded and reproducible; top_k=1 is greedy search, scored as ours.
     options = dict(num_samples=3, top_k=10, top_p=0.9, temperature=0.8, seed=5)
     first = theirs.sample(SOURCES + [""], **options)

@@ -130,13 +130,6 @@ def test_an_engine_without_an_option_is_refused_by_name_in_one_place():
             call()
 
 
-def test_no_engine_gives_alignments_yet(tiny_run, tmp_path, capsys):
-    status = cli.main(["translate", "--run-dir", str(tiny_run), "--alignments", "--input",
-                       write(tmp_path / "in.txt", ["a dog"])])
-    assert status == 2
-    assert "the tensorflow engine does not support alignments yet." in capsys.readouterr().err
-
-
 def test_an_option_added_to_the_request_reaches_the_flags_the_check_and_the_stderr_line(
         tiny_run, tmp_path, capsys, monkeypatch):
     import dataclasses

@@ -39,7 +39,7 @@ def evaluate(args):
 
     from keras_transformer.decoding.textio import checked_lines, read_lines
     from keras_transformer.errors import InputError
-    from keras_transformer.evaluation.evaluate import evaluate_split
+    from keras_transformer.evaluation.evaluate import alignments_path, evaluate_split
     from pipelines import datasets
 
     official = None  # the official tokenized references (Multi30k val / test2016)
@@ -63,10 +63,11 @@ def evaluate(args):
         official = datasets.official_tokenized_references(config.dataset, args.split,
                                                           config.tgt_lang, config.source_dir)
     output = args.output or request.run.hypotheses_path(args.split, request.beam_size)
+    aligned = alignments_path(output) if request.alignments else None
     result = evaluate_split(engine, sources, references, lang=config.tgt_lang,
-                            official_references=official, output=output)
-    print(f"{name}: {len(references)} sentences, beam {request.beam_size}, alpha "
-          f"{request.alpha}; hypotheses in {output}")
+                            official_references=official, output=output, alignments=aligned)
+    print(f"{name}: {len(references)} sentences, beam {request.beam_size}, alpha {request.alpha}"
+          f"; hypotheses in {output}" + (f", word alignments in {aligned}" if aligned else ""))
     for line in result.pop("lines"):
         print(line)
     print(json.dumps({"set": name, "beam": request.beam_size, "alpha": request.alpha,

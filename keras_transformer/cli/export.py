@@ -50,7 +50,7 @@ def export(args):
             args.run_dir, format=args.format, quantize=args.quantize,
             output_dir=args.output_dir, name=args.name, version=args.version,
             overwrite=args.overwrite, beam_size=args.beam_size, alpha=args.alpha,
-            model_file=args.model, ids_only=args.ids_only,
+            model_file=args.model, ids_only=args.ids_only, alignments=request.alignments,
         )
     print(f"exported {args.format} to {path}")
 

@@ -7,12 +7,14 @@ in docs/export.md.
 
     engine = CTranslate2Translator("saved_models/multi30k-en-de/ctranslate2", beam_size=4)
     engine.translate(["A dog runs."])
+    engine.translate(["A dog runs."], alignments=True)   # from CTranslate2's return_attention
 """
 
 import json
 import os
 import pathlib
 
+from keras_transformer.decoding.alignment import ctranslate2_pharaoh
 from keras_transformer.decoding.engine import Engine
 from keras_transformer.decoding.request import DEFAULTS, check
 from keras_transformer.errors import InputError
@@ -52,7 +54,7 @@ class CTranslate2Translator(Engine):
     NAME = "ctranslate2"
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
-                          "num_samples", "score"})
+                          "num_samples", "score", "alignments"})
 
     def __init__(self, model_dir, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                  batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
@@ -107,17 +109,26 @@ class CTranslate2Translator(Engine):
                     max_decoding_length=limit, max_input_length=0,
                     suppress_sequences=self.suppressed, return_scores=True)
 
-    def _searcher(self, nbest):
+    def _searcher(self, nbest, alignments=False):
         def search(sources, prefixes):
-            return [[(self.processor.decode(p), float(s)) for p, s in hypotheses]
-                    for hypotheses in self._search_batch(sources, prefixes, nbest)]
+            found = self._search_batch(sources, prefixes, nbest, alignments)
+            if not alignments:
+                return [[(self.processor.decode(p), float(s)) for p, s in hypotheses]
+                        for hypotheses in found]
+            # Our rule on CTranslate2's attention (`alignment.ctranslate2_pharaoh`).
+            return [[(self.processor.decode(p), float(s), ctranslate2_pharaoh(source, p, a))
+                     for p, s, a in hypotheses] for source, hypotheses in zip(sources, found)]
 
         return search
 
-    def _search_batch(self, sources, prefixes, nbest):
+    def _search_batch(self, sources, prefixes, nbest, alignments=False):
         outputs = self.translator.translate_batch(
             sources, num_hypotheses=self.beam_size if nbest else 1, beam_size=self.beam_size,
-            length_penalty=self.alpha, **self._options(sources, prefixes))
+            length_penalty=self.alpha, return_attention=alignments,
+            **self._options(sources, prefixes))
+        if alignments:
+            return [list(zip(output.hypotheses, output.scores, output.attention))
+                    for output in outputs]
         return [list(zip(output.hypotheses, output.scores)) for output in outputs]
 
     def translate_pieces(self, pieces, nbest=False):
@@ -162,6 +173,24 @@ class CTranslate2Translator(Engine):
                     for per_token in self.score_pieces(sources, targets)]
 
         return score
+
+    def _aligner(self):
+        def align(sources, targets):
+            """Teacher-forced: each target forced as the prefix of a greedy search one token
+            longer, whose attention rows for the prefix are the pair's (the rest is left)."""
+            rows = [i for i, (s, t) in enumerate(zip(sources, targets)) if s and t]
+            lines = [""] * len(sources)
+            if not rows:
+                return lines
+            outputs = self.translator.translate_batch(
+                [sources[i] for i in rows], target_prefix=[targets[i] for i in rows],
+                beam_size=1, max_decoding_length=max(len(targets[i]) for i in rows) + 1,
+                max_input_length=0, return_attention=True, max_batch_size=self.batch_size)
+            for i, output in zip(rows, outputs):
+                lines[i] = ctranslate2_pharaoh(sources[i], targets[i], output.attention[0])
+            return lines
+
+        return align
 
     def score_pieces(self, sources, targets):
         """Forced decoding: per-token log-probabilities of each target (EOS last)."""

@@ -11,15 +11,18 @@ dicts, and the options are checked against the decoding request's declaration
     encode_targets(sentences)    -> target rows without EOS (prefixes, scored targets)
     _batch_key(source, prefix)   -> (group, order): sentences batch together within a group,
                                     sorted by order (default: one group, by source length)
-    _searcher(nbest)             -> f(sources, prefixes) -> [[(text, score), ...] per row]
+    _searcher(nbest, alignments) -> f(sources, prefixes) -> [[(text, score), ...] per row]
+                                    (with alignments: (text, score, Pharaoh string) triples)
     _sampler(**sampling)         -> the same for random samples
     _scorer()                    -> f(sources, targets) -> [(log_prob, tokens) per row]
+    _aligner()                   -> f(sources, targets) -> [Pharaoh string per row]
+                                    (teacher-forced: `score(..., alignments=True)`)
 
 An engine declares what it supports beyond the text layer in `SUPPORTS` (names of the
 request's options); asking for an option it lacks is refused by name in one place,
-`refuse_unsupported`. Word alignments (the `alignments` option) are declared and refused
-until an engine supports them: such an engine's searcher returns (text, score, alignment)
-triples, which `translate(..., alignments=True)` passes through.
+`refuse_unsupported`. Word alignments (the `alignments` option, `decoding.alignment`): an
+engine that declares them returns, from its searcher, (text, score, alignment) triples, and
+from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
 
 from keras_transformer.decoding.request import DEFAULTS, SAMPLING, check
@@ -57,13 +60,20 @@ class Engine:
         prefixes: None, or one string per sentence ("" for none): that sentence's output
         starts with the prefix's subword tokens and the search continues after them; the
         prefix's log-probabilities count in the score.
-        alignments: refused until the engine supports them (see the module doc).
+        alignments: also the word alignment of each translation, a Pharaoh string ("0-0 2-1":
+            source word - target word, from 0; "" for an empty line): (translation,
+            alignment) pairs instead of strings, or with nbest (translation, score,
+            alignment) triples, every hypothesis aligned (`decoding.alignment`).
         """
         options = {"nbest": bool(nbest), "prefixes": prefixes is not None,
                    "alignments": bool(alignments)}
         self.refuse_unsupported([name for name, asked in options.items() if asked])
-        results = self._run(sentences, prefixes, self._searcher(nbest), progress)
-        return results if nbest else [r[0][0] for r in results]
+        empty = ("", 0.0, "") if alignments else ("", 0.0)
+        results = self._run(sentences, prefixes, self._searcher(nbest, alignments), progress,
+                            empty)
+        if nbest:
+            return results
+        return [(r[0][0], r[0][2]) for r in results] if alignments else [r[0][0] for r in results]
 
     def sample(self, sentences, prefixes=None, progress=None, **sampling):
         """Random samples instead of the search's best: per sentence a list of num_samples
@@ -80,11 +90,13 @@ class Engine:
         check(sampling)
         return self._run(sentences, prefixes, self._sampler(**sampling), progress)
 
-    def score(self, sources, targets, progress=None):
+    def score(self, sources, targets, progress=None, alignments=False):
         """log P(target | source) of each pair: a list of dicts {"log_prob": natural-log
         total, "tokens": subword tokens of the target with its EOS, "mean": log_prob /
-        tokens}, in the order given, batched by length."""
-        self.refuse_unsupported(["score"])
+        tokens}, in the order given, batched by length. With `alignments`, each dict also
+        has "alignment": the pair's word alignment, teacher-forced (the given target, not a
+        search), a Pharaoh string ("" when either side is empty)."""
+        self.refuse_unsupported(["score"] + (["alignments"] if alignments else []))
         if len(sources) != len(targets):
             raise InputError(f"score needs one target per source: {len(sources)} sources, "
                              f"{len(targets)} targets.")
@@ -93,22 +105,27 @@ class Engine:
         order = sorted(range(len(sources)),
                        key=lambda i: (len(encoded[i]), len(target_rows[i])))
         scorer, results = self._scorer(), [None] * len(sources)
+        aligner = self._aligner() if alignments else None
         for start in range(0, len(order), self.batch_size):
             chunk = order[start: start + self.batch_size]
-            found = scorer([encoded[i] for i in chunk], [target_rows[i] for i in chunk])
+            pairs = [encoded[i] for i in chunk], [target_rows[i] for i in chunk]
+            found = scorer(*pairs)
             for i, (total, tokens) in zip(chunk, found):
                 results[i] = {"log_prob": total, "tokens": tokens, "mean": total / tokens}
+            if aligner is not None:
+                for i, line in zip(chunk, aligner(*pairs)):
+                    results[i]["alignment"] = line
             if progress is not None:
                 progress.update(len(chunk))
         return results
 
     # -- the text layer ----------------------------------------------------------------------
-    def _run(self, sentences, prefixes, decode_batch, progress):
-        """Per sentence, the hypotheses `decode_batch` finds, in input order; [("", 0.0)] for
+    def _run(self, sentences, prefixes, decode_batch, progress, empty=("", 0.0)):
+        """Per sentence, the hypotheses `decode_batch` finds, in input order; [empty] for
         an empty sentence, which is not decoded."""
         sentences = [_normalized(s) for s in sentences]
         prefix_rows = self._prefix_rows(sentences, prefixes)
-        results = [[("", 0.0)] if not s else None for s in sentences]
+        results = [[empty] if not s else None for s in sentences]
         todo = [i for i, s in enumerate(sentences) if s]
         encoded = dict(zip(todo, self.encode([sentences[i] for i in todo]))) if todo else {}
         keys = {i: self._batch_key(encoded[i], prefix_rows and prefix_rows[i]) for i in todo}
@@ -154,13 +171,16 @@ class Engine:
     def _batch_key(self, source, prefix):
         return 0, len(source)
 
-    def _searcher(self, nbest):
+    def _searcher(self, nbest, alignments=False):
         raise NotImplementedError
 
     def _sampler(self, **sampling):
         raise NotImplementedError
 
     def _scorer(self):
+        raise NotImplementedError
+
+    def _aligner(self):
         raise NotImplementedError
 
 

@@ -113,8 +113,12 @@ class Request(Section):
         "sample, as --nbest", check=Range(low=1), commands=(TRANSLATE,), mode=SAMPLE,
         signature=True)
     alignments: bool = option(
-        False, "add each sentence's word alignment (Pharaoh format: source-target word "
-        "index pairs)", commands=(TRANSLATE,), default_text="off")
+        False, "add each sentence's word alignment in Pharaoh format (source-target word "
+        "index pairs from 0, words being the whitespace-separated tokens of the input and "
+        "the output line) after a tab; score: of the given pair; evaluate: in a file beside "
+        "the hypotheses; export: an `alignments` output of serving_default and "
+        "translate_nbest", commands=(TRANSLATE, EVALUATE, SCORE, EXPORT), mode=SEARCH,
+        default_text="off")
     precision: str = option(
         "auto", "what the search computes in: auto is bfloat16 on CPUs with bf16 units "
         "(AMX, AVX-512 BF16: faster there, the same output on most sentences) and float32 "

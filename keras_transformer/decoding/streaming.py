@@ -158,7 +158,9 @@ def translate_file(request, input=None, output=None, log=None):
     being a `decoding.request.Request` of a run; says on `log` what decodes. With
     `request.prefixes` (a file line-aligned with the input) each output starts with its
     line's prefix. With n-best or several samples, each hypothesis is a line `line<TAB>score
-    <TAB>text` (`nbest_lines`). Returns the input lines done."""
+    <TAB>text` (`nbest_lines`). With `request.alignments` each translation (or hypothesis) is
+    followed by a tab and its word alignment in Pharaoh format ("" for an empty line).
+    Returns the input lines done."""
     inputs = [input, request.prefixes] if request.prefixes else [input]
     if request.prefixes and input:
         aligned_counts(inputs)  # before the model loads
@@ -175,29 +177,33 @@ def translate_file(request, input=None, output=None, log=None):
             results = engine.sample(texts, prefixes=prefixes, progress=progress, **sampling)
         else:
             results = engine.translate(texts, nbest=request.nbest, progress=progress,
-                                       prefixes=prefixes)
+                                       prefixes=prefixes, alignments=request.alignments)
         if listed:
             return nbest_lines(results, numbers)
+        if request.alignments:
+            return [[f"{text}\t{links}"] for text, links in results]
         return [[r[0][0]] for r in results] if request.sample else [[t] for t in results]
 
     # A pipe is read a batch at a time: a program that writes a line and waits for its
     # translation is answered after batch_size lines, not after a window's.
     window = window_size(request.batch_size) if input else request.batch_size
     return stream_lines(decode_rows, inputs, output, window=window,
-                        identity=job_identity(request), empty=[] if listed else [""])
+                        identity=job_identity(request),
+                        empty=[] if listed else ["\t" if request.alignments else ""])
 
 
 def score_file(request, sources, targets, output=None, as_json=False, log=None):
     """Scores each (source, target) pair of two line-aligned files with the engine `request`
-    asks for (`score_lines` writes them); resumable as `translate_file`. Returns the pairs
-    done."""
+    asks for (`score_lines` writes them), with `request.alignments` also the pair's word
+    alignment (teacher-forced); resumable as `translate_file`. Returns the pairs done."""
     aligned_counts([sources, targets])  # before the model loads
     request = request.with_run()
     engine = request.build_engine()
     print(request.describe(), file=log or sys.stderr)
 
     def decode_rows(rows, numbers, progress):
-        results = engine.score([s for s, _ in rows], [t for _, t in rows], progress=progress)
+        results = engine.score([s for s, _ in rows], [t for _, t in rows], progress=progress,
+                               alignments=request.alignments)
         return score_lines(results, as_json)
 
     return stream_lines(decode_rows, [sources, targets], output,
@@ -207,17 +213,23 @@ def score_file(request, sources, targets, output=None, as_json=False, log=None):
 
 
 def nbest_lines(results, numbers):
-    """`line<TAB>score<TAB>text` for each hypothesis, `line` the input line's index from 0."""
-    return [[f"{i}\t{score:.4f}\t{text}" for text, score in hypotheses]
+    """`line<TAB>score<TAB>text` for each hypothesis, `line` the input line's index from 0
+    (and `<TAB>alignment` for hypotheses that carry one)."""
+    return [["\t".join([str(i), f"{hypothesis[1]:.4f}", hypothesis[0], *hypothesis[2:]])
+             for hypothesis in hypotheses]
             for i, hypotheses in zip(numbers, results)]
 
 
 def score_lines(results, as_json):
-    """One line per pair: `log_prob<TAB>tokens<TAB>mean`, or a JSON object."""
+    """One line per pair: `log_prob<TAB>tokens<TAB>mean[<TAB>alignment]`, or a JSON object
+    (with an "alignment" key where the results carry one)."""
     if as_json:
         return [[json.dumps({"log_prob": round(r["log_prob"], 6), "tokens": r["tokens"],
-                             "mean": round(r["mean"], 6)})] for r in results]
-    return [[f"{r['log_prob']:.4f}\t{r['tokens']}\t{r['mean']:.4f}"] for r in results]
+                             "mean": round(r["mean"], 6),
+                             **({"alignment": r["alignment"]} if "alignment" in r else {})})]
+                for r in results]
+    return [["\t".join([f"{r['log_prob']:.4f}", str(r["tokens"]), f"{r['mean']:.4f}",
+                        *([r["alignment"]] if "alignment" in r else [])])] for r in results]
 
 
 def window_seed(seed, first_line):

@@ -9,6 +9,7 @@ module holds the id-level part: ids in, the compiled searches, ids out.
     translator.translate(["A dog runs."], prefixes=["Ein Hund"])  # forced start of the output
     translator.sample(["A dog runs."], num_samples=3, top_p=0.9, seed=1)
     translator.score(["A dog runs."], ["Ein Hund rennt."])      # log P(target | source)
+    translator.translate(["A dog runs."], alignments=True)      # [(text, "0-0 1-1 2-2")]
 
 The translator decodes in bfloat16 on CPUs with bf16 units and in float32 elsewhere
 (`precision="auto"`, see `decoding.precision`); `precision="float32"` decodes in float32 (with
@@ -20,6 +21,7 @@ import logging
 import keras
 import numpy as np
 
+from keras_transformer.decoding.alignment import align_ids, pharaoh_lines, starts_word_table
 from keras_transformer.decoding.beam_search import compiled_beam_search
 from keras_transformer.decoding.precision import cast_model, copy_weights, resolve_precision
 from keras_transformer.decoding.engine import Engine
@@ -27,7 +29,7 @@ from keras_transformer.decoding.request import DEFAULTS, check
 from keras_transformer.decoding.sampling import compiled_sample_search
 from keras_transformer.decoding.scoring import compiled_scorer
 from keras_transformer.decoding.search import (
-    XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
+    XLA_WIDTH_STEP, compile_search, compiled_greedy_search, dynamic_shapes)
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
@@ -70,7 +72,7 @@ class Translator(Engine):
     NAME = "tensorflow"
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
-                          "num_samples", "precision", "xla", "score"})
+                          "num_samples", "precision", "xla", "score", "alignments"})
 
     def __init__(self, model, tokenizer, beam_size=DEFAULTS["beam_size"],
                  alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH,
@@ -150,14 +152,53 @@ class Translator(Engine):
             [normalize_whitespace(s.rstrip("\n")) if s else "" for s in sentences])
 
     # -- id level (see `engine.Engine`) ------------------------------------------------------
-    def _searcher(self, nbest):
+    def _searcher(self, nbest, alignments=False):
         def search(sources, prefixes):
             ids = self._padded(sources)
-            if prefixes is None:
-                return self._hypotheses(self.search_ids(ids))
-            return self._hypotheses(self.search_ids(ids, self._padded(prefixes, capped=False)))
+            outputs = (self.search_ids(ids) if prefixes is None else
+                       self.search_ids(ids, self._padded(prefixes, capped=False)))
+            hypotheses = self._hypotheses(outputs)
+            if not alignments:
+                return hypotheses
+            # The best hypothesis of each row, or with nbest every one (one decoder pass).
+            found = np.asarray(outputs["ids"])[:, : None if nbest else 1]
+            rows, kept = found.shape[:2]
+            lines = self.align_ids(np.repeat(ids, kept, axis=0),
+                                   found.reshape(rows * kept, -1))
+            return [[(text, score, lines[row * kept + j])
+                     for j, (text, score) in enumerate(hypotheses[row][:kept])]
+                    for row in range(rows)]
 
         return search
+
+    def align_ids(self, source_ids, target_ids):
+        """The word alignments (Pharaoh strings) of given targets, teacher-forced
+        (`decoding.alignment.align_ids`, compiled once): source_ids (N, S) as the search takes
+        them, target_ids (N, T) as it returns them (EOS-terminated, 0-padded, no BOS)."""
+        aligner = self._compiled_once("align", self._compile_aligner)
+        self._follow_training()
+        target_ids = np.asarray(target_ids, np.int32)
+        if self.jit_compile or not dynamic_shapes():  # a few widths, a few compilations
+            width = -(-max(target_ids.shape[1], 1) // XLA_WIDTH_STEP) * XLA_WIDTH_STEP
+            target_ids = np.pad(target_ids, [(0, 0), (0, width - target_ids.shape[1])])
+        return pharaoh_lines({"links": aligner(np.asarray(source_ids, np.int32), target_ids)})
+
+    def _compile_aligner(self):
+        starts_word = starts_word_table(self.vocabulary.pieces())
+
+        def align(source_ids, static, target_ids):
+            return align_ids(self.model, source_ids, target_ids, starts_word)["links"]
+
+        return compile_search(self.model, align, lambda links: links, self.jit_compile,
+                              (((None, None), "int32"),))
+
+    def _aligner(self):
+        def align(sources, targets):
+            return self.align_ids(self._padded(sources),
+                                  self._padded([row + [EOS_ID] for row in targets],
+                                               capped=False))
+
+        return align
 
     def _sampler(self, num_samples, top_k, top_p, temperature, seed):
         """The sampling search, compiled once per (options, with prefix)."""

@@ -2,6 +2,7 @@
 `keras-transformer evaluate` and by the main job."""
 
 import contextlib
+import pathlib
 
 from keras_transformer.evaluation.bleu import score
 from keras_transformer.decoding.streaming import window_size
@@ -9,8 +10,15 @@ from keras_transformer.decoding.textio import windows
 from pipelines.files import atomic_path
 
 
+def alignments_path(output):
+    """Where `evaluate --alignments` writes the hypotheses' word alignments: beside the
+    hypotheses file, hyp.test.beam4.txt -> hyp.test.beam4.align.txt."""
+    output = pathlib.Path(output)
+    return output.with_name(output.stem + ".align" + output.suffix)
+
+
 def evaluate_split(translator, sources, references, *, lang, official_references=None,
-                   output=None, progress=True, desc=None):
+                   output=None, progress=True, desc=None, alignments=None):
     """Translates `sources`, writes the hypotheses and scores them against `references`.
 
     The sources are translated a window at a time (`streaming.WINDOW_BATCHES` batches, sorted
@@ -28,6 +36,9 @@ def evaluate_split(translator, sources, references, *, lang, official_references
         output: the hypotheses file, written atomically (None: not written).
         progress: show a progress bar over the sentences on standard error.
         desc: the bar's label.
+        alignments: a file for the word alignment of each hypothesis (Pharaoh format, one
+            line per sentence, written atomically as `output`), or None; the translator must
+            support `translate(..., alignments=True)`.
 
     Returns:
         `bleu.score`'s dict: sacreBLEU, chrF, tokenized and literature BLEU, signatures, and
@@ -42,16 +53,21 @@ def evaluate_split(translator, sources, references, *, lang, official_references
     with contextlib.ExitStack() as stack:
         bar = stack.enter_context(progress_bar(total=len(references), unit=" sentences",
                                                desc=desc, disable=not progress))
-        handle = None
-        if output is not None:
-            temporary = stack.enter_context(atomic_path(output))
-            handle = stack.enter_context(open(temporary, "w", encoding="utf-8"))
+        handles = {}
+        for key, path in (("hypotheses", output), ("alignments", alignments)):
+            if path is not None:
+                temporary = stack.enter_context(atomic_path(path))
+                handles[key] = stack.enter_context(open(temporary, "w", encoding="utf-8"))
         for chunk in windows(sources, window):
-            found = translator.translate(chunk, progress=bar)
+            if alignments is None:
+                found = translator.translate(chunk, progress=bar)
+            else:
+                found, links = zip(*translator.translate(chunk, progress=bar, alignments=True))
+                handles["alignments"].writelines(line + "\n" for line in links)
             hypotheses.extend(found)
-            if handle is not None:
-                handle.writelines(line + "\n" for line in found)
-        if handle is not None:
+            if "hypotheses" in handles:
+                handles["hypotheses"].writelines(line + "\n" for line in found)
+        for handle in handles.values():
             handle.close()  # before atomic_path renames it
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} sources for {len(references)} references.")

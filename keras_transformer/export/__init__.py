@@ -31,7 +31,7 @@ QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
 
 def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_DIR,
                name=None, version=None, overwrite=False, beam_size=None, alpha=None,
-               model_file=None, ids_only=False):
+               model_file=None, ids_only=False, alignments=False):
     """Exports a training run; returns the path written.
 
     SavedModel: OUTPUT_DIR/NAME/VERSION/. TFLite: OUTPUT_DIR/NAME/tflite/*.tflite.
@@ -40,13 +40,19 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
     to the choice saved in the run, else to the run's newest model and the decoding
     request's defaults (`decoding.request.Request.resolve`). beam_size and alpha fix the
     TFLite search; in a SavedModel they are the default inputs of its signatures, and
-    beam_size the beam of its translate_ids_xla signature.
+    beam_size the beam of its translate_ids_xla signature. `alignments` (SavedModel only,
+    not ids_only) adds the `alignments` output to serving_default and translate_nbest.
     """
     if format not in FORMATS:
         raise ExportError(f"format={format!r} must be one of {', '.join(FORMATS)}.")
     if quantize not in QUANTIZE_CHOICES[format]:
         raise ExportError(f"quantize={quantize!r} does not apply to the {format} format "
                           f"(choices: {', '.join(QUANTIZE_CHOICES[format])}).")
+    if alignments and (format != "savedmodel" or ids_only):
+        raise ExportError("alignments apply to the SavedModel's text signatures: export "
+                          "--format savedmodel without --ids-only (a CTranslate2 export "
+                          "always returns attention: translate --engine ctranslate2 "
+                          "--alignments).")
     if format == "ctranslate2":
         ct2.require_ctranslate2()  # before anything is loaded
     given = {key: value for key, value in (("model", model_file and str(model_file)), ("beam_size", beam_size),
@@ -68,6 +74,7 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
                                       overwrite)
     if format == "savedmodel":
         return export_saved_model(model, tokenizer, base_dir, version, overwrite,
-                                  max_input_length, ids_only, choice.beam_size, choice.alpha)
+                                  max_input_length, ids_only, choice.beam_size, choice.alpha,
+                                  alignments=alignments)
     return export_tflite(model, tokenizer, base_dir / "tflite", quantize, choice.beam_size,
                          choice.alpha, max_input_length, overwrite)

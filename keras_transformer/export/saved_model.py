@@ -8,6 +8,10 @@ tensorflow-text sentencepiece):
   inputs may be left out of a request: their defaults are the export's (the run's decoding
   choice, else beam 4 and alpha 0.6; no prefixes), kept in the saved functions.
 * `translate_nbest`: the `num_hypotheses` (<= beam_size) best -> (N, H) translations and scores.
+* With `alignments=True` (`export --alignments`; off by default, so the signatures above
+  are unchanged), `serving_default` and `translate_nbest` also output `alignments`, (N,) or
+  (N, H) string: each translation's word alignment in Pharaoh format, by the rule of
+  `decoding.alignment` (the same strings as `Translator.translate(..., alignments=True)`).
 * `sample`: random sampling (num_samples, top_k, top_p, temperature, seed) -> (N, S).
 * `score`: `sources`, `targets` -> `log_prob`, `tokens`, `mean` (N,) each.
 
@@ -133,16 +137,25 @@ class TranslatorModule(IdsTranslatorModule):
         tokenizer: its `SubwordTokenizer`.
         max_input_length: longer inputs are truncated (subword tokens, EOS included).
         beam_size, alpha, max_rows: as for `IdsTranslatorModule`.
+        alignments: add the `alignments` output to serving_default and translate_nbest.
     """
 
     def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH,
-                 beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha, max_rows=MAX_ROWS):
+                 beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha, max_rows=MAX_ROWS,
+                 alignments=False):
         super().__init__(model, max_input_length, beam_size, alpha, max_rows)
         self.tokenizer = tokenizer
+        # Untracked, as the model (a constant of the graph, not a saved object).
+        self._parts.starts_word = text_signatures.starts_word(tokenizer) if alignments else None
         self.serve = text_signatures.serving_default(self)
         self.translate_nbest = text_signatures.translate_nbest(self)
         self.sample = text_signatures.sample(self)
         self.score = text_signatures.score(self)
+
+    @property
+    def starts_word(self):
+        """The word-start table of the `alignments` outputs (None: exported without)."""
+        return self._parts.starts_word
 
     def signatures(self):
         return {"serving_default": self.serve, "translate_nbest": self.translate_nbest,
@@ -160,7 +173,7 @@ def existing_versions(base_dir):
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
                        max_input_length=MAX_LENGTH, ids_only=False,
                        beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
-                       max_rows=MAX_ROWS):
+                       max_rows=MAX_ROWS, alignments=False):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 
     Args:
@@ -170,6 +183,8 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
             beam_size is also the beam of the `translate_ids_xla` signature (fixed when
             compiled).
         max_rows: the most rows one request may search (see `export.graph.MAX_ROWS`).
+        alignments: the `alignments` output of serving_default and translate_nbest (not
+            with ids_only).
     """
     base_dir = pathlib.Path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -186,7 +201,8 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
             "version, or allow overwriting it.")
     module = (IdsTranslatorModule(model, max_input_length, beam_size, alpha, max_rows)
               if ids_only else
-              TranslatorModule(model, tokenizer, max_input_length, beam_size, alpha, max_rows))
+              TranslatorModule(model, tokenizer, max_input_length, beam_size, alpha, max_rows,
+                               alignments))
     start = time.time()
     with atomic_path(target) as temporary:
         temporary.mkdir()  # from here on, everything goes under the temporary name

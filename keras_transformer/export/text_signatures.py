@@ -10,6 +10,12 @@
 * `score`: sources (N,), targets (N,) -> log_prob (N,) natural-log total, tokens (N,) target
   subword tokens with EOS, mean (N,) log_prob / tokens.
 
+Exported with alignments (`export --alignments`), `serving_default` and `translate_nbest`
+also output `alignments`, (N,) or (N, H) string: each translation's word alignment in Pharaoh
+format ("0-0 2-1": source word - target word), by the rule of `decoding.alignment` (the
+cross-attention of the chosen layer and heads, pieces gathered into words, in the graph), the
+same strings `Translator.translate(..., alignments=True)` gives.
+
 `prefixes`: an empty vector (the default) means none; otherwise one string per sentence, each
 output starting with its subword tokens ("" for none), truncated to max_input_length tokens.
 Each signature is made per module, so that the defaults of its optional inputs are the
@@ -20,6 +26,7 @@ dtypes and the defaults the export does not choose (sampling) come from the deco
 
 import tensorflow as tf
 
+from keras_transformer.decoding.alignment import align_ids, pharaoh_graph, starts_word_table
 from keras_transformer.decoding.request import DEFAULTS, signature_input
 from keras_transformer.export.graph import (
     nbest_ids, normalize_text, sample_ids, score_target_ids, search_ids)
@@ -70,6 +77,26 @@ def detokenize(module, ids):
     return tf.reshape(module.tokenizer.detokenize_dense(flat), shape[:2])
 
 
+def starts_word(tokenizer):
+    """The (V,) table of the pieces that start a word (`alignment.starts_word_table`)."""
+    from pipelines.vocabulary import Vocabulary
+
+    return starts_word_table(Vocabulary(tokenizer.model_proto).pieces())
+
+
+def alignments(module, ids, hypotheses):
+    """(N, S) source ids and (N, H, T) hypotheses -> (N, H) Pharaoh strings, in the graph."""
+    shape = tf.shape(hypotheses)
+    flat = tf.reshape(hypotheses, [shape[0] * shape[1], shape[2]])
+
+    def widened(rows):  # at least one column: a request of 0 sentences has none
+        return tf.pad(rows, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(rows)[1])]])
+
+    links = align_ids(module.model, widened(tf.repeat(ids, shape[1], axis=0)), widened(flat),
+                      module.starts_word)
+    return tf.reshape(pharaoh_graph(links), shape[:2])
+
+
 def serving_default(module):
     @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES])
     def serve(sentences, beam_size=tf.constant(module.beam_size),
@@ -78,7 +105,10 @@ def serving_default(module):
         best, scores = search_ids(module.model, ids, beam_size, alpha, module.max_input_length,
                                   module.max_rows, prefix_ids(module, prefixes, sentences))
         translations = module.tokenizer.detokenize_dense(best)
-        return {"translations": tf.where(empty, "", translations), "scores": scores}
+        outputs = {"translations": tf.where(empty, "", translations), "scores": scores}
+        if module.starts_word is not None:
+            outputs["alignments"] = alignments(module, ids, best[:, None, :])[:, 0]
+        return outputs
 
     return serve
 
@@ -94,7 +124,10 @@ def translate_nbest(module):
         hypotheses, scores = nbest_ids(
             module.model, ids, beam_size, alpha, num_hypotheses, module.max_input_length,
             module.max_rows, prefix_ids(module, prefixes, sentences))
-        return {"translations": detokenize(module, hypotheses), "scores": scores}
+        outputs = {"translations": detokenize(module, hypotheses), "scores": scores}
+        if module.starts_word is not None:
+            outputs["alignments"] = alignments(module, ids, hypotheses)
+        return outputs
 
     return nbest
 
