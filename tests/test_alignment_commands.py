@@ -29,6 +29,7 @@ def assert_within(line, source, target):
     assert all(0 <= s < len(source.split()) for s, _ in sure), (line, source)
 
 
+@pytest.mark.slow
 def test_translate_alignments_lines_are_text_tab_pharaoh(tiny_run, tmp_path, capsys):
     source = tmp_path / "in.txt"
     source.write_text("\n".join(LINES) + "\n", encoding="utf-8")
