@@ -100,14 +100,20 @@ class TensorBoardLog(keras.callbacks.Callback):
         step_fn: returns the current optimizer step.
         log_steps: training figures every N optimizer steps.
         tokens: returns the source + target tokens handed to training so far (or None).
+        read_loss_tracker: log the exact mean loss of the batches since the last point, read
+            from Keras' loss tracker (False under MultiWorkerMirroredStrategy: see __init__).
         config_text: the effective config, written once at the start (or None).
         validation: the run's `Validation` callback (or None): its passes go to dev.
         dev_bleu: the run's `DevBleu` callback (or None): its history goes to dev.
     """
 
     def __init__(self, logs_dir, step_fn, log_steps, tokens=None, config_text=None,
-                 validation=None, dev_bleu=None):
+                 validation=None, dev_bleu=None, read_loss_tracker=True):
         super().__init__()
+        # Under MultiWorkerMirroredStrategy the loss tracker's variables are read by an
+        # all-reduce that every worker must join; this callback runs on the chief alone, so
+        # there it logs Keras' reduced `logs["loss"]` (the epoch's running mean) instead.
+        self.read_loss_tracker = read_loss_tracker
         self.logs_dir, self.step_fn, self.log_steps = logs_dir, step_fn, log_steps
         self.tokens, self.config_text = tokens, config_text
         self.validation, self.dev_bleu = validation, dev_bleu
@@ -150,7 +156,7 @@ class TensorBoardLog(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         if not self.writers:
             return
-        sums = _loss_sums(self.model)
+        sums = _loss_sums(self.model) if self.read_loss_tracker else None
         if sums is not None:  # carry this epoch's batches since the last point
             self._carried = tuple(c + s - p for c, s, p in zip(self._carried, sums, self._sums))
         self._write_dev()
@@ -163,7 +169,7 @@ class TensorBoardLog(keras.callbacks.Callback):
 
     def _write_training(self, step, logs):
         values = {}
-        sums = _loss_sums(self.model)
+        sums = _loss_sums(self.model) if self.read_loss_tracker else None
         if sums is not None:
             total, count = (c + s - p for c, s, p in zip(self._carried, sums, self._sums))
             if count > 0:

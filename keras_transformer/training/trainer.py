@@ -215,7 +215,8 @@ def tensorboard_log(run, config, step_fn, counter, callbacks):
         return next((c for c in callbacks if isinstance(c, kind)), None)
 
     return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
-                          config.describe(), find(Validation), find(DevBleu))
+                          config.describe(), find(Validation), find(DevBleu),
+                          read_loss_tracker=config.strategy != "multiworker")
 
 
 def _step_counter(model, optimizer):
