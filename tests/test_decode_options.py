@@ -50,6 +50,7 @@ def test_a_prefix_file_of_another_length_is_refused_naming_both(tmp_path, capsys
     assert f"{target} has 1 lines but {source} has 3" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_translate_with_prefixes_starts_each_output_with_its_prefix(tiny_run, tmp_path):
     sources = ["a dog runs", "the cat sleeps", "big red tree", "water"]
     prefixes = ["RUNS", "", "TREE RED", ""]

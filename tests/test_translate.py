@@ -143,6 +143,7 @@ def test_translate_with_xla_gives_the_same_translations(tiny_run, tmp_path):
     assert outputs[()].split("\n")[1] == ""
 
 
+@pytest.mark.slow
 def test_translate_decodes_with_the_runs_saved_choice_and_says_so(run_copy, tmp_path, capsys):
     from keras_transformer import cli
     from keras_transformer.decoding.translate import Translator
