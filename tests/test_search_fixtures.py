@@ -1,6 +1,6 @@
 """Same output as recorded: every search mode, through every caller (the compiled searches of
 `Translator`, the exported graphs of the SavedModel and TFLite), gives the ids and scores saved
-in tests/fixtures/search_outputs.npz from a fixed tiny model (see make_search_fixtures.py)."""
+in tests/fixtures/search_outputs.json (text: name -> dtype, shape, values) from a fixed tiny model (see make_search_fixtures.py)."""
 
 import numpy as np
 import pytest
@@ -10,8 +10,7 @@ from tests.fixtures import make_search_fixtures as fixtures
 
 @pytest.fixture(scope="module")
 def recorded():
-    with np.load(fixtures.FIXTURE) as data:
-        return dict(data)
+    return fixtures.read_fixture()
 
 
 @pytest.fixture(scope="module")
