@@ -5,6 +5,7 @@
     engine.py        the engine interface: the text layer shared by every engine
     translate.py     Translator, the Keras engine (TensorFlow or JAX, float32 or bf16)
     ctranslate2.py   CTranslate2Translator, the engine of a CTranslate2 export
+    compiling.py     compile_search: a search compiled once per backend (tf.function, jax.jit)
     search.py        greedy search; `model_step` bridges a Transformer to the searches;
                      translate_greedy, the greedy body (each mode has one body: every
                      caller, Translator, SavedModel and TFLite, runs it)

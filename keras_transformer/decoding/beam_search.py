@@ -24,8 +24,9 @@ graph all run it.
 import numpy as np
 from keras import ops, tree
 
+from keras_transformer.decoding.compiling import compile_search
 from keras_transformer.decoding.search import (  # noqa: F401  (trim: re-exported)
-    EXTRA_LENGTH, NEG_INF, compile_search, finish, mask_special_tokens, prefix_forcing,
+    EXTRA_LENGTH, NEG_INF, finish, mask_special_tokens, prefix_forcing,
     prefixed_step, trim, with_optional_prefix)
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID

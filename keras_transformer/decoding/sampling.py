@@ -24,8 +24,9 @@ from keras import ops
 
 from keras_transformer.decoding.options import check_sampling  # noqa: F401  (re-exported)
 from keras_transformer.decoding.request import DEFAULTS
+from keras_transformer.decoding.compiling import compile_search
 from keras_transformer.decoding.search import (
-    EXTRA_LENGTH, NEG_INF, compile_search, finish, pick_search, trim)
+    EXTRA_LENGTH, NEG_INF, finish, pick_search, trim)
 
 
 class RandomSampler:

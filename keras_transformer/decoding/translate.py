@@ -28,8 +28,9 @@ from keras_transformer.decoding.engine import Engine
 from keras_transformer.decoding.request import DEFAULTS, check
 from keras_transformer.decoding.sampling import compiled_sample_search
 from keras_transformer.decoding.scoring import compiled_scorer
+from keras_transformer.decoding.compiling import compile_search
 from keras_transformer.decoding.search import (
-    XLA_WIDTH_STEP, compile_search, compiled_greedy_search, dynamic_shapes)
+    XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
