@@ -13,15 +13,13 @@ from keras_transformer.decoding.beam_search import (
     length_penalty,
     translate_beam,
 )
+from keras_transformer.decoding.rules import NEG_INF, eos_for_empty_rows, trim
 from keras_transformer.decoding.search import (
-    NEG_INF,
     compiled_greedy_search,
-    eos_for_empty_rows,
     greedy_search,
-    model_step,
     translate_greedy,
-    trim,
 )
+from keras_transformer.decoding.step import model_step
 from pipelines.special_ids import EOS_ID
 
 VOCAB = 40

@@ -188,7 +188,7 @@ def test_jax_samples_stay_in_the_top_k_and_top_p_sets_of_the_same_weights(runs):
         assert set(jax_results["topp_ids"][row, :, 0].tolist()) <= nucleus
 
 
-@pytest.mark.parametrize("name", ["search.py", "beam_search.py"])
+@pytest.mark.parametrize("name", ["search.py", "beam_search.py", "step.py", "rules.py"])
 def test_search_modules_do_not_import_tensorflow_at_module_level(name):
     tree = ast.parse((ROOT / "keras_transformer" / "decoding" / name).read_text())
     top_level = [alias.name for node in tree.body if isinstance(node, ast.Import)

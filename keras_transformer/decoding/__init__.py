@@ -6,9 +6,12 @@
     translate.py     Translator, the Keras engine (TensorFlow or JAX, float32 or bf16)
     ctranslate2.py   CTranslate2Translator, the engine of a CTranslate2 export
     compiling.py     compile_search: a search compiled once per backend (tf.function, jax.jit)
-    search.py        greedy search; `model_step` bridges a Transformer to the searches;
-                     translate_greedy, the greedy body (each mode has one body: every
-                     caller, Translator, SavedModel and TFLite, runs it)
+    step.py          model_step: the bridge from a Transformer (or an ensemble) to the
+                     searches, the step function, its state and the output limits
+    rules.py         what every search body shares: banned tokens, prefixes, the empty-row
+                     rule, trimming
+    search.py        greedy search; translate_greedy, the greedy body (each mode has one
+                     body: every caller, Translator, SavedModel and TFLite, runs it)
     beam_search.py   beam search with the GNMT length penalty (Section 6.1); translate_beam
     sampling.py      top-k / top-p / temperature sampling; translate_sample
     scoring.py       log P(target | source) of given pairs; score_ids

@@ -25,9 +25,9 @@ import numpy as np
 from keras import ops, tree
 
 from keras_transformer.decoding.compiling import compile_search
-from keras_transformer.decoding.search import (  # noqa: F401  (trim: re-exported)
-    EXTRA_LENGTH, NEG_INF, finish, mask_special_tokens, prefix_forcing,
-    prefixed_step, trim, with_optional_prefix)
+from keras_transformer.decoding.rules import (
+    NEG_INF, finish, mask_special_tokens, prefix_forcing, trim, with_optional_prefix)
+from keras_transformer.decoding.step import EXTRA_LENGTH, prefixed_step
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
 
@@ -62,7 +62,7 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
         prefix: (B, P) int32 target tokens every hypothesis of sentence b starts with
             (0-padded; a row of zeros is no prefix): while it lasts, only its token may follow,
             and its log-probabilities count in the scores. `limits` must leave room for it
-            (`search.prefix_limits`).
+            (`rules.prefix_limits`).
 
     Returns:
         dict with
@@ -172,7 +172,7 @@ def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRA
         num_hypotheses: keep the best num_hypotheses (<= beam_size) of each beam (default:
             the whole beam).
         empty_rows: (B,) bool, rows whose first hypothesis is EOS alone with score 0 and whose
-            others are empty with score NEG_INF (`search.eos_for_empty_rows`).
+            others are empty with score NEG_INF (`rules.eos_for_empty_rows`).
         static: keep every shape static (XLA, JAX): the ids are left untrimmed.
         optional_prefix: the prefix may hold no token at all (a request without prefixes):
             the search then runs without the per-step prefix masking (a cond; not in static
@@ -201,7 +201,7 @@ def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRA
 def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
                          cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
                          with_prefix=False):
-    """`translate_beam` compiled once (see `search.compile_search` for each backend).
+    """`translate_beam` compiled once (see `compiling.compile_search` for each backend).
 
     With jit_compile (always under JAX), the search loop is compiled by XLA once per input
     shape (pad inputs to a few widths to bound the compilations): on CPU it runs the whole

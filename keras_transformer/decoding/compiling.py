@@ -4,12 +4,24 @@ TensorFlow, `jax.jit` over the model's variables as state on JAX.
 Every mode's compiled function (`compiled_greedy_search`, `compiled_beam_search`,
 `compiled_sample_search`, `compiled_scorer`, the translator's aligner) goes through
 `compile_search`, so the rule of static shapes inside the compiled code and value-dependent
-trimming outside it is written once.
+trimming outside it is written once. Where shapes are static (`dynamic_shapes()` is False:
+JAX, and TensorFlow under XLA) inputs are padded to a multiple of `XLA_WIDTH_STEP` tokens.
 """
 
 import keras
 import numpy as np
 from keras import tree
+
+# XLA compiles a search once per input shape: inputs are padded to a multiple of this many
+# tokens, so that a few widths (and compilations) serve every sentence.
+XLA_WIDTH_STEP = 16
+
+
+def dynamic_shapes():
+    """Whether shapes inside a search may depend on values (TensorFlow's graphs); other
+    backends compile every shape statically."""
+    return keras.backend.backend() == "tensorflow"
+
 
 def compile_search(model, search, trim_outputs, jit_compile=False, extra_inputs=()):
     """Compiles `search(source_ids, static, *extra) -> outputs` (a nest of tensors) for `model`.

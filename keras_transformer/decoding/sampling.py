@@ -22,11 +22,12 @@ log-probabilities of the tokens drawn (not the narrowed distribution's).
 import keras
 from keras import ops
 
+from keras_transformer.decoding.compiling import compile_search
 from keras_transformer.decoding.options import check_sampling  # noqa: F401  (re-exported)
 from keras_transformer.decoding.request import DEFAULTS
-from keras_transformer.decoding.compiling import compile_search
-from keras_transformer.decoding.search import (
-    EXTRA_LENGTH, NEG_INF, finish, pick_search, trim)
+from keras_transformer.decoding.rules import NEG_INF, finish, trim
+from keras_transformer.decoding.search import pick_search
+from keras_transformer.decoding.step import EXTRA_LENGTH
 
 
 class RandomSampler:
@@ -125,7 +126,7 @@ def translate_sample(model, source_ids, num_samples, top_k, top_p, temperature, 
 def compiled_sample_search(model, num_samples=DEFAULTS["num_samples"], top_k=DEFAULTS["top_k"],
                            top_p=DEFAULTS["top_p"], temperature=DEFAULTS["temperature"],
                            extra_length=EXTRA_LENGTH, jit_compile=False, with_prefix=False):
-    """`translate_sample` compiled once (see `search.compile_search` for each backend).
+    """`translate_sample` compiled once (see `compiling.compile_search` for each backend).
 
     Returns a function: source_ids (B, S) int32, seed () int32 [, prefix (B, P) int32 with
     with_prefix] -> {"ids": (B, num_samples, T), "scores": (B, num_samples) log P(Y | X)}.

@@ -61,7 +61,7 @@ def score_ids(model, source_ids, target_ids):
 
 
 def compiled_scorer(model, jit_compile=False):
-    """`score_ids` compiled once (see `search.compile_search` for each backend): a function
+    """`score_ids` compiled once (see `compiling.compile_search` for each backend): a function
     (source_ids (B, S), target_ids (B, T)) -> {"log_prob": (B,), "tokens": (B,)}."""
 
     def score(source_ids, static, target_ids):

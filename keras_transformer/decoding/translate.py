@@ -23,14 +23,13 @@ import numpy as np
 
 from keras_transformer.decoding.alignment import align_ids, pharaoh_lines, starts_word_table
 from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.precision import cast_model, copy_weights, resolve_precision
+from keras_transformer.decoding.compiling import XLA_WIDTH_STEP, compile_search, dynamic_shapes
 from keras_transformer.decoding.engine import Engine
+from keras_transformer.decoding.precision import cast_model, copy_weights, resolve_precision
 from keras_transformer.decoding.request import DEFAULTS, check
 from keras_transformer.decoding.sampling import compiled_sample_search
 from keras_transformer.decoding.scoring import compiled_scorer
-from keras_transformer.decoding.compiling import compile_search
-from keras_transformer.decoding.search import (
-    XLA_WIDTH_STEP, compiled_greedy_search, dynamic_shapes)
+from keras_transformer.decoding.search import compiled_greedy_search
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
@@ -54,7 +53,7 @@ class Translator(Engine):
         extra_length: maximum output length = input length + extra_length (paper: 50 for
             translation, 300 for parsing).
         jit_compile: compile the search with XLA (once per batch shape: batches are padded
-            to a multiple of `search.XLA_WIDTH_STEP` tokens to bound the compilations). Faster
+            to a multiple of `compiling.XLA_WIDTH_STEP` tokens to bound the compilations). Faster
             per batch on CPU (1.4x at batch 32, 1.3x at batch 1 on the base preset), after a
             compilation of seconds per shape: worth it for many batches or a long-lived
             process. Under JAX the search is always compiled (jax.jit), widths padded

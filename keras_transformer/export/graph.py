@@ -17,10 +17,11 @@ next request.
 import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import translate_beam
-from keras_transformer.decoding.sampling import translate_sample
+from keras_transformer.decoding.compiling import XLA_WIDTH_STEP
 from keras_transformer.decoding.request import RANGES
+from keras_transformer.decoding.rules import trim
+from keras_transformer.decoding.sampling import translate_sample
 from keras_transformer.decoding.scoring import score_ids
-from keras_transformer.decoding.search import XLA_WIDTH_STEP, trim
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID, PAD_ID
 

@@ -14,7 +14,8 @@ import types
 import tensorflow as tf
 
 from keras_transformer.decoding.beam_search import translate_beam
-from keras_transformer.decoding.search import translate_greedy, trim
+from keras_transformer.decoding.rules import trim
+from keras_transformer.decoding.search import translate_greedy
 from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
 from keras_transformer.export.graph import ExportError, prepare_ids
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes

@@ -1,0 +1,139 @@
+"""The bridge from a `Transformer` (or an `Ensemble`) to the search loops: the step function,
+its state and each sentence's output limit.
+
+Search is separate from the model. The loops, `search.greedy_search` and
+`beam_search.beam_search`, take a step function
+
+    step_fn(tokens (N, 1), state, index) -> (logits (N, 1, V), state)
+
+and a `state` (nested tensors with N = batch x beam rows) that beam search reorders as beams
+are chosen. `model_step(model, source_ids, beam_size)` builds that function from the model's
+`encode` / `init_cache` / `decode_step`: the self-attention caches are the reordered state, while
+the encoder-decoder keys/values are computed once per sentence, live in the step function's
+closure and are never reordered.
+
+The limits: on TensorFlow the cache and output buffer hold max(limits) positions (shapes that
+follow the values); where every shape is static (XLA, JAX; a body's `static=True`) they hold
+`static_max_length` positions (padded source width + extra_length) while each sentence's limit
+stays exact (a value).
+"""
+
+from keras import ops
+
+from keras_transformer.decoding.compiling import dynamic_shapes
+from keras_transformer.decoding.rules import prefix_limits
+from keras_transformer.defaults import TRANSLATION
+from pipelines.special_ids import PAD_ID
+
+EXTRA_LENGTH = TRANSLATION.extra_length  # paper: maximum output length = input length + 50
+
+
+def output_limits(source_ids, extra_length=EXTRA_LENGTH):
+    """Per-sentence maximum output length (EOS included): real source length + extra_length."""
+    source_lengths = ops.sum(ops.cast(ops.not_equal(source_ids, PAD_ID), "int32"), axis=1)
+    return source_lengths + extra_length
+
+
+def static_max_length(source_ids, extra_length=EXTRA_LENGTH):
+    """The output length bound a compiler can fix: padded source width + extra_length.
+
+    XLA (TensorFlow's jit_compile, JAX) needs every shape inside the search (caches, output
+    buffers) known when it compiles, which it does once per input shape; the per-sentence
+    limits stay exact (they are values).
+    """
+    return ops.shape(source_ids)[1] + extra_length
+
+
+def tile_beams(tensor, beam_size):
+    """(B, ...) -> (B * beam_size, ...), each row repeated beam_size times."""
+    return ops.repeat(tensor, beam_size, axis=0)
+
+
+def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None,
+               extra_length=EXTRA_LENGTH):
+    """Step function, initial state and limits for searching `model` on `source_ids`.
+
+    Args:
+        model: a `Transformer`, or an `Ensemble` of them (its state is the tuple of the
+            members' states; each step gives the log of their mean probabilities).
+        source_ids: (B, S) int32, padded with 0.
+        beam_size: rows per sentence (the encoder runs once per sentence, then its keys and
+            values are tiled to the beams once).
+        max_length: cache length; default max(limits) on TensorFlow, `static_max_length` on
+            backends that compile static shapes (pass it with your own `limits` there).
+        cached: False recomputes the whole decoder over the prefix at every step (slow; a
+            reference to test the cache against).
+        limits: (B,) maximum output lengths (default: source length + extra_length).
+        extra_length: 50 in the paper's translation setting, 300 for parsing.
+
+    Returns:
+        (step_fn, state, limits (B,), max_length).
+    """
+    if limits is None:
+        limits = output_limits(source_ids, extra_length)
+    if max_length is None:
+        max_length = (ops.max(limits, initial=1) if dynamic_shapes()
+                      else static_max_length(source_ids, extra_length))
+    members = getattr(model, "members", None)  # an `Ensemble`
+    if members is not None:
+        return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits)
+    encoder_output, source_mask = model.encode(source_ids)
+    encoder_output = tile_beams(encoder_output, beam_size)
+    source_mask = tile_beams(source_mask, beam_size)
+    if cached:
+        cache = model.init_cache(encoder_output, source_mask, max_length)
+        cross = cache["cross"]
+
+        def step_fn(tokens, state, index):
+            logits, cache = model.decode_step(
+                tokens, {"self": state, "cross": cross, "source_mask": source_mask}, index)
+            return logits, cache["self"]
+
+        return step_fn, cache["self"], limits, max_length
+
+    rows = ops.shape(encoder_output)[0]
+    prefix = ops.zeros((rows, max_length), "int32")
+
+    def uncached_step(tokens, prefix, index):
+        prefix = ops.slice_update(prefix, (0, index), ops.cast(tokens, "int32"))
+        # The whole buffer (a static shape): the causal mask hides the positions after index.
+        logits = model.decode(prefix, encoder_output, source_mask)
+        return ops.expand_dims(ops.take(logits, index, axis=1), 1), prefix
+
+    return uncached_step, prefix, limits, max_length
+
+
+def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits):
+    """`model_step` for an `Ensemble`: the state is the tuple of the members' states; the
+    step returns the log of the members' mean next-token probabilities (as logits: a log-softmax
+    of them gives them back)."""
+    from keras_transformer.models.ensemble import mean_of_probabilities
+
+    steps = [model_step(member, source_ids, beam_size, max_length, cached, limits)[:2]
+             for member in members]
+
+    def step_fn(tokens, state, index):
+        outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
+        return (mean_of_probabilities([logits for logits, _ in outputs]),
+                tuple(member_state for _, member_state in outputs))
+
+    return step_fn, tuple(initial for _, initial in steps), limits, max_length
+
+
+def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cached=True,
+                  extra_length=EXTRA_LENGTH, max_output_length=None):
+    """`model_step` for a search of `rows_per_sentence` rows per sentence (beams or samples)
+    whose outputs may start with a prefix ((B, P) ids): the limits leave room for the prefix
+    and EOS after it, and with `static` (or a Python int `max_output_length`: every output's
+    limit) the buffers hold a static bound, P more positions with a prefix."""
+    if max_output_length is None:
+        limits = output_limits(source_ids, extra_length)
+        bound = static_max_length(source_ids, extra_length) if static else None
+    else:
+        limits = ops.full((ops.shape(source_ids)[0],), max_output_length, "int32")
+        bound = max_output_length
+    limits = prefix_limits(limits, prefix)
+    if bound is not None and prefix is not None:
+        bound += ops.shape(prefix)[1]
+    return model_step(model, source_ids, rows_per_sentence, bound, cached=cached,
+                      limits=limits, extra_length=extra_length)
