@@ -9,9 +9,8 @@ search (`defaults.PARSING`).
 
 import sys
 
-from keras_transformer.cli.flags import add_io_flags, add_run_flags, tensorflow_only
-from keras_transformer.decoding.request import (
-    ATTENTION, EVALUATE, PARSE, TRANSLATE, add_flags)
+from keras_transformer.cli.flags import add_flags, add_io_flags, add_run_flags, tensorflow_only
+from keras_transformer.decoding.request import ATTENTION, EVALUATE, PARSE, TRANSLATE
 
 
 def engine_for(args, command):

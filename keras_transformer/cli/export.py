@@ -3,8 +3,8 @@
 import argparse
 import sys
 
-from keras_transformer.cli.flags import add_run_flags, tensorflow_only
-from keras_transformer.decoding.request import EXPORT, add_flags
+from keras_transformer.cli.flags import add_flags, add_run_flags, tensorflow_only
+from keras_transformer.decoding.request import EXPORT
 from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
 
 

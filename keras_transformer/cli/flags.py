@@ -1,6 +1,13 @@
-"""Flags that several commands share beside the decoding request's (`decoding.request.
-add_flags` generates those), and the rule for TensorFlow-only commands. No heavy imports at
-module level: building the parser stays fast."""
+"""The flags of the commands: the decoding request's, generated from its declaration
+(`add_flags`: one flag per option a command takes, `decoding.request`), those several commands
+share beside them, and the rule for TensorFlow-only commands. No heavy imports at module level:
+building the parser stays fast."""
+
+import typing
+
+from keras_transformer.decoding import request
+from keras_transformer.runs.settings import Range
+
 
 
 def add_run_flags(parser):
@@ -22,3 +29,35 @@ def tensorflow_only(what, instead):
     if backend != "tensorflow":
         raise ConfigError(f"{what} runs under TensorFlow only (this process runs Keras on "
                           f"{backend}): {instead}.")
+
+
+def add_flags(parser, command, defaults=None):
+    """Adds the flags of `command`, one per option that has it, each defaulting to None (so
+    that `Request.from_flags` tells what was given) unless `defaults` ({option: value}, e.g.
+    the parsing search's) sets it."""
+    hints = typing.get_type_hints(request.Request)
+    defaults = defaults or {}
+    groups = {}
+    for name, meta in request.fields().items():
+        if command not in meta["commands"]:
+            continue
+        kind = hints[name]
+        kind = typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Union else kind
+        default = defaults.get(name)
+        shown = default if default is not None else (meta["default_text"]
+                                                     or f"default {meta['default']}")
+        options = dict(default=default, help=f"{meta['help']} ({shown})")
+        if kind is bool:
+            options["action"] = "store_true"
+        else:
+            options.update(type=kind, metavar=meta["metavar"] or name.upper())
+            if meta["choices"]:
+                options.update(choices=meta["choices"], metavar=None)
+        if meta["check"] is not None and isinstance(meta["check"], Range):
+            options["help"] = options["help"][:-1] + f"; {meta['check'].rule()})"
+        if meta["mode"] == request.SAMPLE and request.SAMPLE not in groups:
+            groups[request.SAMPLE] = parser.add_argument_group(
+                "sampling", "with --sample: draw each token from the model's distribution "
+                "instead of searching")
+        target = groups[request.SAMPLE] if meta["mode"] == request.SAMPLE else parser
+        target.add_argument(request.flag_name(name), dest=name, **options)

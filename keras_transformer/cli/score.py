@@ -9,8 +9,8 @@ The pairs are read and scored a window at a time and the output is resumable, as
 
 import sys
 
-from keras_transformer.cli.flags import add_run_flags
-from keras_transformer.decoding.request import SCORE, add_flags
+from keras_transformer.cli.flags import add_flags, add_run_flags
+from keras_transformer.decoding.request import SCORE
 
 EXPLAINED = ("For each pair it prints the target's total log-probability under the model "
              "(natural log: a sum over the target's tokens of log p(token | source, the tokens "

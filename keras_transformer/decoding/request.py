@@ -2,7 +2,7 @@
 allowed values (as data: `settings.Range`, choices), the commands that take it and the search
 mode it belongs to. Everything else is generated from the declaration:
 
-* the flags of `translate`, `evaluate`, `score`, `attention` and `parse` (`add_flags`);
+* the flags of `translate`, `evaluate`, `score`, `attention` and `parse` (`cli.flags.add_flags`);
 * the one check per option (`check`), called by the engines' Python API and by the commands;
 * the SavedModel signature inputs and their defaults (`signature_input`, `DEFAULTS`) and the
   graph checks of the exported signatures (`RANGES`);
@@ -383,38 +383,6 @@ def check_modes(given):
             raise InputError(f"{flag_name(name)} is for beam search, not --sample (which draws "
                              "each token): leave it out, or use --num-samples N for several "
                              "outputs per line.")
-
-
-def add_flags(parser, command, defaults=None):
-    """Adds the flags of `command`, one per option that has it, each defaulting to None (so
-    that `Request.from_flags` tells what was given) unless `defaults` ({option: value}, e.g.
-    the parsing search's) sets it."""
-    hints = typing.get_type_hints(Request)
-    defaults = defaults or {}
-    groups = {}
-    for name, meta in fields().items():
-        if command not in meta["commands"]:
-            continue
-        kind = hints[name]
-        kind = typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Union else kind
-        default = defaults.get(name)
-        shown = default if default is not None else (meta["default_text"]
-                                                     or f"default {meta['default']}")
-        options = dict(default=default, help=f"{meta['help']} ({shown})")
-        if kind is bool:
-            options["action"] = "store_true"
-        else:
-            options.update(type=kind, metavar=meta["metavar"] or name.upper())
-            if meta["choices"]:
-                options.update(choices=meta["choices"], metavar=None)
-        if meta["check"] is not None and isinstance(meta["check"], Range):
-            options["help"] = options["help"][:-1] + f"; {meta['check'].rule()})"
-        if meta["mode"] == SAMPLE and SAMPLE not in groups:
-            groups[SAMPLE] = parser.add_argument_group(
-                "sampling", "with --sample: draw each token from the model's distribution "
-                "instead of searching")
-        target = groups[SAMPLE] if meta["mode"] == SAMPLE else parser
-        target.add_argument(flag_name(name), dest=name, **options)
 
 
 def signature_input(name):
