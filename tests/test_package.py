@@ -113,7 +113,7 @@ def test_a_saved_model_loads_in_a_fresh_interpreter(tmp_path):
     """Loading a .keras model needs the layers registered: Run.load_model (what translate,
     evaluate and export use) imports what registration requires."""
     from keras_transformer.models import Transformer
-    from keras_transformer.runs.run import save_keras
+    from keras_transformer.runs.model_files import save_keras
 
     model = Transformer(vocab_size=40, num_layers=1, d_model=8, num_heads=2, d_ff=16)
     model.build()

@@ -11,8 +11,8 @@ import pytest
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.runs import Run
-from keras_transformer.runs.config import (DataSettings, TrainConfig, load_config_file,
-                                           make_config)
+from keras_transformer.runs.config import TrainConfig, load_config_file, make_config
+from keras_transformer.runs.sections import DataSettings
 from keras_transformer.runs.settings import setting
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

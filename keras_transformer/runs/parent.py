@@ -28,7 +28,7 @@ import os
 import pathlib
 
 from keras_transformer.errors import ConfigError, RunError
-from keras_transformer.runs.config import ModelSettings
+from keras_transformer.runs.sections import ModelSettings
 from keras_transformer.runs.run import Run
 
 # Settings a child takes from its parent and may not change: the whole architecture (the

@@ -28,7 +28,7 @@ import dataclasses
 import keras
 from tqdm import tqdm
 
-# Whether a lower value is better, by metric (runs/config.py declares the choice).
+# Whether a lower value is better, by metric (runs/sections.py declares the choice).
 LOWER_IS_BETTER = {"loss": True, "bleu": False, "chrf": False}
 # The key of each metric in its evaluator's results (`Validation`, `DevBleu`).
 RESULT_KEYS = {"loss": "val_loss", "bleu": "bleu", "chrf": "chrf"}

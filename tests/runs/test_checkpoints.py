@@ -147,9 +147,9 @@ def test_a_checkpoint_of_another_model_raises_run_error_naming_it(tmp_path):
 def test_the_run_modules_import_no_tensorflow():
     import ast
 
-    from keras_transformer.runs import checkpoints, choices, run as run_module
+    from keras_transformer.runs import checkpoints, choices, model_files, run as run_module
 
-    for module in (run_module, checkpoints, choices):
+    for module in (run_module, checkpoints, choices, model_files):
         imported = set()
         for node in ast.walk(ast.parse(pathlib.Path(module.__file__).read_text())):
             if isinstance(node, ast.Import):
