@@ -72,7 +72,7 @@ def register(commands):
         "big) and saves the result as a .keras model; saved in the run, it becomes the model "
         "that translate, evaluate and export use (RUN_DIR/decoding.json).",
     )
-    parser.add_argument("--run-dir", required=True, help="training output directory")
+    add_run_flags(parser)
     parser.add_argument("--last", type=int, default=5, help="checkpoints to average (5)")
     parser.add_argument("--every", type=int, default=1,
                         help="take every N-th checkpoint counting back from the newest, for "

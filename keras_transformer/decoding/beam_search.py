@@ -26,7 +26,7 @@ from keras import ops, tree
 
 from keras_transformer.decoding.compiling import compile_search
 from keras_transformer.decoding.rules import (
-    NEG_INF, finish, mask_special_tokens, prefix_forcing, trim, with_optional_prefix)
+    NEG_INF, finish, mask_special_tokens, prefix_forcing, with_optional_prefix)
 from keras_transformer.decoding.step import EXTRA_LENGTH, prefixed_step
 from keras_transformer.defaults import TRANSLATION
 from pipelines.special_ids import BOS_ID, EOS_ID
@@ -215,8 +215,5 @@ def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATI
         return translate_beam(model, source_ids, beam_size, alpha, prefix=prefix,
                               static=static, cached=cached, extra_length=extra_length)
 
-    def trim_ids(result):
-        return {**result, "ids": trim(result["ids"])}
-
     extra = (((None, None), "int32"),) if with_prefix else ()
-    return compile_search(model, search, trim_ids, jit_compile, extra)
+    return compile_search(model, search, finish, jit_compile, extra)

@@ -18,7 +18,7 @@ from keras_transformer.decoding.alignment import ctranslate2_pharaoh
 from keras_transformer.decoding.engine import Engine
 from keras_transformer.decoding.request import DEFAULTS, check
 from keras_transformer.errors import InputError
-from pipelines.vocabulary import FILENAME as VOCABULARY_FILE, normalize_whitespace
+from pipelines.vocabulary import FILENAME as VOCABULARY_FILE
 
 INSTALL_HINT = "pip install 'keras-transformer[ctranslate2]' (or pip install ctranslate2==4.8.5)"
 METADATA = "keras_transformer.json"  # what the export adds to the folder: how to feed the model
@@ -91,9 +91,8 @@ class CTranslate2Translator(Engine):
         return [p[: self.max_input_length - 1] for p in pieces]
 
     def encode_targets(self, sentences):
-        """Strings -> piece lists without EOS, whitespace normalized, not truncated."""
-        return self.processor.encode(
-            [normalize_whitespace(s.rstrip("\n")) if s else "" for s in sentences], out_type=str)
+        """Normalized strings -> piece lists without EOS, not truncated."""
+        return self.processor.encode(list(sentences), out_type=str)
 
     # -- id level (see `engine.Engine`) ------------------------------------------------------
     def _batch_key(self, source, prefix):

@@ -8,7 +8,8 @@ dicts, and the options are checked against the decoding request's declaration
 (`decoding.request.check`). An engine overrides only the id-level methods:
 
     encode(sentences)            -> source rows (ids or pieces), truncated, as the engine wants
-    encode_targets(sentences)    -> target rows without EOS (prefixes, scored targets)
+    encode_targets(sentences)    -> target rows without EOS (prefixes, scored targets;
+                                    normalized by the text layer, not truncated)
     _batch_key(source, prefix)   -> (group, order): sentences batch together within a group,
                                     sorted by order (default: one group, by source length)
     _searcher(nbest, alignments) -> f(sources, prefixes) -> [[(text, score), ...] per row]
@@ -101,7 +102,7 @@ class Engine:
             raise InputError(f"score needs one target per source: {len(sources)} sources, "
                              f"{len(targets)} targets.")
         encoded = self.encode([_normalized(s) for s in sources]) if sources else []
-        target_rows = self.encode_targets(targets) if targets else []
+        target_rows = self.encode_targets(_normalized_targets(targets)) if targets else []
         order = sorted(range(len(sources)),
                        key=lambda i: (len(encoded[i]), len(target_rows[i])))
         scorer, results = self._scorer(), [None] * len(sources)
@@ -148,7 +149,7 @@ class Engine:
                              f"sentences, {len(prefixes)} prefixes.")
         if not any(p and p.strip() for p in prefixes):
             return None
-        return self.encode_targets([p or "" for p in prefixes])
+        return self.encode_targets(_normalized_targets(prefixes))
 
     def _chunks(self, order, keys):
         """Up to batch_size consecutive sentences of `order` that share a group."""
@@ -186,3 +187,8 @@ class Engine:
 
 def _normalized(text):
     return normalize_whitespace(text.rstrip("\n"))
+
+
+def _normalized_targets(sentences):
+    """Target lines (prefixes, scored targets) normalized; "" for an empty or missing one."""
+    return [_normalized(s) if s else "" for s in sentences]

@@ -23,9 +23,8 @@ import keras
 from keras import ops
 
 from keras_transformer.decoding.compiling import compile_search
-from keras_transformer.decoding.options import check_sampling  # noqa: F401  (re-exported)
-from keras_transformer.decoding.request import DEFAULTS
-from keras_transformer.decoding.rules import NEG_INF, finish, trim
+from keras_transformer.decoding.request import DEFAULTS, check
+from keras_transformer.decoding.rules import NEG_INF, finish
 from keras_transformer.decoding.search import pick_search
 from keras_transformer.decoding.step import EXTRA_LENGTH
 
@@ -103,7 +102,7 @@ def translate_sample(model, source_ids, num_samples, top_k, top_p, temperature, 
         num_samples: rows drawn per sentence, each independently.
         top_k, top_p, temperature, seed: as for `RandomSampler`. Every option is a Python
             value, or a scalar tensor on TensorFlow (a signature's inputs); the ranges are
-            the caller's to check (`check_sampling`).
+            the caller's to check (`decoding.request.check`).
         prefix: (B, P) int32 target tokens each sample starts with (0-padded).
         empty_rows: (B,) bool, rows whose samples are empty (the first EOS alone), every
             score 0.
@@ -131,14 +130,11 @@ def compiled_sample_search(model, num_samples=DEFAULTS["num_samples"], top_k=DEF
     Returns a function: source_ids (B, S) int32, seed () int32 [, prefix (B, P) int32 with
     with_prefix] -> {"ids": (B, num_samples, T), "scores": (B, num_samples) log P(Y | X)}.
     """
-    check_sampling(num_samples, top_k, top_p, temperature)
+    check(dict(num_samples=num_samples, top_k=top_k, top_p=top_p, temperature=temperature))
 
     def search(source_ids, static, seed, prefix=None):
         return translate_sample(model, source_ids, num_samples, top_k, top_p, temperature,
                                 seed, prefix=prefix, static=static, extra_length=extra_length)
 
-    def trim_ids(outputs):
-        return {**outputs, "ids": trim(outputs["ids"])}
-
     extra = (((), "int32"),) + ((((None, None), "int32"),) if with_prefix else ())
-    return compile_search(model, search, trim_ids, jit_compile, extra)
+    return compile_search(model, search, finish, jit_compile, extra)

@@ -33,7 +33,7 @@ from keras_transformer.decoding.search import compiled_greedy_search
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
-from pipelines.vocabulary import Vocabulary, normalize_whitespace
+from pipelines.vocabulary import Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -147,9 +147,9 @@ class Translator(Engine):
         return encoded
 
     def encode_targets(self, sentences):
-        """Strings -> id lists without EOS (prefixes) in the run's vocabulary."""
-        return self.vocabulary.encode(
-            [normalize_whitespace(s.rstrip("\n")) if s else "" for s in sentences])
+        """Normalized strings -> id lists without EOS (prefixes, targets) in the run's
+        vocabulary."""
+        return self.vocabulary.encode(list(sentences))
 
     # -- id level (see `engine.Engine`) ------------------------------------------------------
     def _searcher(self, nbest, alignments=False):

@@ -8,8 +8,9 @@ the in-graph truncation of its ids (`prepare_ids`), the checks below and the XLA
 padding of widths.
 
 A request is checked before anything is searched: each option in its range (the decoding
-request's, `decoding.request.RANGES`: a NaN fails every check), and at most `max_rows` rows searched at once (sentences x beam_size, or x num_samples)
-or 16 x max_rows target positions scored, since memory grows with rows x length. A failed
+request's, `decoding.request.RANGES`: a NaN fails every check), and at most `max_rows` rows
+searched at once (sentences x beam_size, or x num_samples) or 16 x max_rows target positions
+scored, since memory grows with rows x length. A failed
 check is an InvalidArgument error naming the input and its value; the server goes on with the
 next request.
 """
