@@ -1,4 +1,5 @@
-"""Export for serving: a SavedModel for TensorFlow Serving and a TFLite translator.
+"""Export for serving: a SavedModel for TensorFlow Serving, a TFLite translator and a
+CTranslate2 folder (run by `decoding.ctranslate2`).
 
     graph.py         the exported graphs around decoding's search bodies (request checks)
     saved_model.py   SavedModel: the text signatures and translate_ids (ids) signatures
