@@ -112,6 +112,9 @@ def main(argv=None):
                         help="folder of the three runs and the results")
     parser.add_argument("--teacher-steps", type=int, default=3000,
                         help="optimizer steps of the teacher (the quick recipe's model)")
+    parser.add_argument("--teacher-beam", type=int, default=None,
+                        help="the teacher's beam for the distilled corpus (default: its saved "
+                             "choice, made on val by its demo job)")
     parser.add_argument("--stages", default=",".join(STAGES),
                         help=f"comma-separated, among {', '.join(STAGES)}")
     args = parser.parse_args(argv)
@@ -161,7 +164,9 @@ def main(argv=None):
                     "--checkpoint-steps", QUICK["checkpoint_steps"],
                     "--checkpoint-minutes", QUICK["checkpoint_minutes"],
                     "--keep-checkpoints", QUICK["keep_checkpoints"]]
-        command("distill", "--teacher", teacher, "--output-dir", student, *settings, log=log)
+        beam = [] if args.teacher_beam is None else ["--beam", args.teacher_beam]
+        command("distill", "--teacher", teacher, "--output-dir", student, *beam, *settings,
+                log=log)
         distill_minutes = (time.monotonic() - started) / 60
         choice = student_choice(student)
         test = scores(student, "test", student / "hyp.test2016.beam4.txt")
