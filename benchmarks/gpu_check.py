@@ -10,18 +10,27 @@ a temporary site and runs this script. Three parts, each in its own process (JAX
 memory it took until its process ends) under its own time limit (--limits, seconds), so one
 part that fails or overruns leaves the others' figures:
 
-    a  benchmarks/gpu.py: the training step of the paper's base and big models in bf16 (ours
-       and torch.compile's nn.Transformer, then ours on base with the plain attention: what the
-       fused kernel gives, then KerasHub's layers) with MFU against the bf16 matmul peak of
-       the same run (--attention sets ours everywhere else, e.g. plain if the fused one fails)
+    a  benchmarks/gpu.py: the training step of the paper's base and big models in bf16 with
+       MFU against the bf16 matmul peak of the same process, in two processes: ours then
+       torch.compile's nn.Transformer (at most A_FIRST seconds of the part), then KerasHub's
+       layers with the rest (--attention sets ours everywhere, e.g. plain if the fused
+       kernel fails; `benchmarks/gpu.py --attention plain` times the plain path alone)
     b  the quick recipe (`keras-transformer demo`'s: tasks/main_job.py QUICK) trained under JAX
        from the kit's prepared data; weights and length penalty chosen on val as the demo does;
-       test2016 sacreBLEU and literature BLEU
+       test2016 sacreBLEU and literature BLEU; the first step's seconds (its compilation) and
+       the steps per second
     c  the full recipe (FULL, one model) and a sweep around it (SWEEP: steps, dropout, width,
        label smoothing), each scored on val alone (greedy, the best of final weights and
        checkpoint averages); the best setting's length penalty chosen on val, and its test2016
-       decoded once. Settings start while the part's time allows (the last one's minutes
-       predict the next's); those left out are listed.
+       decoded once. Each setting trains while the part's time allows (`time_limit_minutes`:
+       a setting cut short says so, with the steps it reached); settings start while there
+       is time for another (the last one's minutes predict the next's); those left out are
+       listed. The whole sweep needs a command of its own: --parts c --limits c=560.
+
+The default limits (a 250, b 170, c 140 seconds) hold the three parts and the wheels' install
+in one 600-second command. The first check on an H100 (2026-11-26, docs/backends.md) took
+about 25 s per gpu.py process to start and measure the peak, 25-40 s per engine and shape,
+and, before static shapes, about 10 s per compiled training step of the recipes.
 
 Output under --out ($OUT on the device machine): gpu-check.jsonl, every result as one JSON line
 with its "part" (rewritten whole after each line, so a run cut short keeps what it had), and
@@ -47,9 +56,12 @@ ROOT = HERE.parent
 
 PARTS = {"a": "speed: base and big, ours beside torch.compile and KerasHub",
          "b": "the quick recipe", "c": "the full recipe and a sweep on val"}
-# Seconds per part: together, with the wheels' install, well inside one 10-minute command.
+# Seconds per part: together, with the wheels' install, inside one 10-minute command.
 # --tiny checks the path, not the speed: a loaded 2-core CPU gets all the time it needs.
-LIMITS = {"a": 170, "b": 150, "c": 230}
+LIMITS = {"a": 250, "b": 170, "c": 140}
+A_FIRST = 165  # seconds of part a for ours and torch.compile; KerasHub has the rest
+A_LEAST = 60  # KerasHub is not started with less left
+C_RESERVE = 0.4  # the share of part c's time kept for choosing on val and decoding test2016
 TINY_LIMIT = 1200
 BLOCKED = ("tensorflow", "tensorflow_text", "tensorflow_datasets")
 # Changes to the full recipe (tasks/main_job.py FULL), tried in this order while time allows.
@@ -190,26 +202,46 @@ def parent(args):
 # -- the parts (each in its own process) -------------------------------------------------------
 
 
+def run_capped(command, seconds):
+    """Runs `command` for at most `seconds`; returns its exit status, or None when it was
+    stopped at the limit. It stays in the part's process group, so the part's own limit stops
+    it too (and PyTorch's compile workers, which end with their parent)."""
+    child = subprocess.Popen(command, cwd=ROOT)
+    try:
+        return child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+        return None
+
+
 def part_a(args):
-    """benchmarks/gpu.py in three calls, in bf16: torch.compile and ours on base and big, ours
-    with the plain attention on base, KerasHub on base and big."""
-    common = ["--dtypes", "bf16", "--no-search"]
+    """benchmarks/gpu.py in two processes, in bf16: ours then torch.compile on base and big
+    (at most A_FIRST seconds), then KerasHub on base and big with what is left of the part."""
+    started, limit = time.monotonic(), args.limits["a"]
+    gpu = [sys.executable, str(HERE / "gpu.py"), "--dtypes", "bf16", "--no-search"]
     if args.tiny:
-        calls = [["--tiny", "--engines", "ours", "--steps", "2", "--warmup", "1",
-                  "--attention", args.attention]]
-    else:
-        # The target and its yardstick first: a part cut at its limit loses the last call.
-        steps = ["--steps", "10", "--warmup", "2"]
-        calls = [["--shapes", "base,big", "--engines", "torch,ours", *steps,
-                  "--attention", args.attention],
-                 ["--shapes", "base", "--engines", "ours", *steps, "--attention", "plain"],
-                 ["--shapes", "base,big", "--engines", "keras-hub", *steps]]
-    code = 0
-    for call in calls:
-        result = subprocess.run([sys.executable, str(HERE / "gpu.py"), *common, *call],
-                                cwd=ROOT, check=False)
-        code = code or result.returncode
-    return code
+        return status(run_capped([*gpu, "--tiny", "--engines", "ours", "--steps", "2",
+                                  "--warmup", "1", "--attention", args.attention], limit))
+    steps = ["--steps", "10", "--warmup", "2"]
+    first = run_capped([*gpu, "--shapes", "base,big", "--engines", "ours,torch", *steps,
+                        "--attention", args.attention], min(A_FIRST, limit))
+    if first is None:
+        emit({"check": "cut", "what": "gpu.py ours,torch", "limit_s": min(A_FIRST, limit)})
+    left = limit - (time.monotonic() - started) - 5  # 5 s for this process to end
+    if left < A_LEAST:
+        emit({"check": "cut", "what": "gpu.py keras-hub", "left_s": round(left),
+              "reason": f"fewer than {A_LEAST} s of part a left"})
+        return status(first)
+    second = run_capped([*gpu, "--shapes", "base,big", "--engines", "keras-hub", *steps], left)
+    if second is None:
+        emit({"check": "cut", "what": "gpu.py keras-hub", "limit_s": round(left)})
+    return status(first) or status(second)
+
+
+def status(code):
+    """A process's exit status for the part's own: 1 for one stopped at its limit."""
+    return 1 if code is None else code
 
 
 def data_settings(args):
@@ -226,19 +258,37 @@ def text_result(result):
                                             "literature_references", "sacrebleu_signature")}
 
 
+def speed(training):
+    """The training's first step (its compilation included), and its steps per second: over
+    the whole training, and after the first step (still counting the compilations of the
+    other batch shapes, the dev evaluations and the checkpoints)."""
+    steps = (training.get("step") or 0) - (training.get("start_step") or 0)
+    seconds, first = training.get("seconds") or 0, training.get("first_step_seconds")
+    result = {"first_step_s": first,
+              "steps_per_s": round(steps / seconds, 2) if seconds else None}
+    if first is not None and steps > 1 and seconds > first:
+        result["steps_per_s_after_first"] = round((steps - 1) / (seconds - first), 2)
+    return result
+
+
 def part_b(args):
     """The quick recipe as the demo runs it (tasks/main_job.py), from the kit's data."""
     import keras
 
+    from keras_transformer.runs import Run
     from keras_transformer.tasks import main_job
 
     settings = data_settings(args)
     summary = main_job.run(full=False, output_dir=str(args.work / "quick"), settings=settings)
     training = summary.get("training") or {}
+    print(f"quick recipe: first step {training.get('first_step_seconds')} s (its compilation "
+          f"included), {speed(training)}", flush=True)
     emit({"check": "quick_recipe", "backend": keras.backend.backend(),
           "recipe": {**main_job.QUICK, **settings},
           "train_minutes": round(training.get("seconds", 0) / 60, 2),
-          "steps": training.get("step"), "tokens_per_s": training.get("tokens_per_s"),
+          "steps": training.get("step"), "stopped": training.get("stopped"),
+          **speed(training), "tokens_per_s": training.get("tokens_per_s"),
+          "pad_to_bucket": Run(args.work / "quick").config.pad_to_bucket,
           "precision": training.get("precision"),
           "val_perplexity": training.get("val_perplexity"),
           "weights": summary.get("weights"), "alpha": summary.get("alpha"),
@@ -273,13 +323,16 @@ def part_c(args):
     best, last_minutes, left_out = None, None, []
     for name, changes in sweep:
         spent = (time.monotonic() - started) / 60
-        # Keep a quarter of the part's time for the best setting's alpha and test2016.
-        if last_minutes is not None and spent + 1.1 * last_minutes > 0.75 * limit / 60:
+        # Keep C_RESERVE of the part's time for the settings' choices on val, the best one's
+        # alpha and test2016.
+        training_minutes = (1 - C_RESERVE) * limit / 60 - spent
+        if last_minutes is not None and 1.1 * last_minutes > training_minutes:
             left_out.append(name)
             continue
         setting_started = time.monotonic()
         directory = args.work / "sweep" / name
         config = make_config(None, origin="recipe", output_dir=str(directory),
+                             time_limit_minutes=max(training_minutes, 0.1),
                              **{**base, **changes})
         training = train(config)
         run = Run(directory)
@@ -289,6 +342,8 @@ def part_c(args):
         emit({"check": "sweep", "setting": name, "changes": changes,
               "train_minutes": round(training.get("seconds", 0) / 60, 2),
               "setting_minutes": round(last_minutes, 2), "steps": training.get("step"),
+              "stopped": training.get("stopped"), **speed(training),
+              "pad_to_bucket": run.config.pad_to_bucket,
               "tokens_per_s": training.get("tokens_per_s"),
               "precision": training.get("precision"),
               "val_perplexity": training.get("val_perplexity"), "weights": weights,
@@ -341,7 +396,7 @@ def parse_limits(text):
         if part not in PARTS or not seconds.isdigit():
             raise argparse.ArgumentTypeError(
                 f"--limits {text!r}: give PART=SECONDS, comma-separated, PART among "
-                f"{', '.join(PARTS)} (e.g. a=170,c=230)")
+                f"{', '.join(PARTS)} (e.g. a=250,c=140)")
         limits[part] = int(seconds)
     return limits
 
@@ -358,7 +413,7 @@ def parse_args(argv):
     parser.add_argument("--parts", default="a,b,c",
                         help="comma-separated, among a, b, c (default all, in that order)")
     parser.add_argument("--limits", type=parse_limits, default={},
-                        help="seconds per part, e.g. a=170,b=150,c=230 (the defaults; "
+                        help="seconds per part, e.g. a=250,b=170,c=140 (the defaults; "
                              f"{TINY_LIMIT} each with --tiny)")
     parser.add_argument("--attention", choices=["auto", "plain", "fused"], default="auto",
                         help="our attention in every part (auto: the fused kernel where it "

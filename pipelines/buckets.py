@@ -19,7 +19,7 @@ the specials (source + EOS; BOS + target + EOS).
 
 import numpy as np
 
-from pipelines.defaults import GROWTH, MAX_LENGTH, MIN_BOUNDARY
+from pipelines.defaults import GROWTH, MAX_LENGTH, MIN_BOUNDARY, STATIC_MIN_WIDTH
 from pipelines.special_ids import PAD_ID
 
 
@@ -32,6 +32,18 @@ def geometric_boundaries(max_length=MAX_LENGTH, min_boundary=MIN_BOUNDARY, growt
     while bounds[-1] < max_length:
         bounds.append(min(max_length, max(bounds[-1] + 1, int(bounds[-1] * growth))))
     return bounds
+
+
+def static_boundaries(max_length=MAX_LENGTH, min_width=STATIC_MIN_WIDTH):
+    """The coarse cells of static shapes: 2**k and 3 * 2**(k - 1) from `min_width` (8, 12, 16,
+    24, 32, 48, ...), the last one equal to max_length. Fewer cells than `geometric_boundaries`
+    (so fewer compiled steps), at the price of more padding: a width is at most 1.5 times the
+    one below it."""
+    bounds, width = [], min_width
+    while width < max_length:
+        bounds.append(width)
+        width = width * 3 // 2 if width & (width - 1) == 0 else width * 4 // 3
+    return bounds + [max_length]
 
 
 def check_budget(tokens_per_batch, max_length):
@@ -106,6 +118,9 @@ def fixed_shape(shape, bounds, tokens_per_batch, devices=1):
     of them, the rows to the most rows any batch of that cell can have (tokens_per_batch //
     (the boundary below W + 1)), rounded up to a multiple of the devices the batch is split
     over. Returns (rows, source width, target width), the target counting BOS and EOS (W + 1).
+
+    `bounds` may be the cells the batches were cut by (`geometric_boundaries`), or coarser ones
+    (`static_boundaries`: fewer shapes, more padding): the batches stay the same either way.
     """
     rows, width_src, width_tgt = shape
     longest = max(width_src, width_tgt - 1)

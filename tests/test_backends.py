@@ -125,3 +125,50 @@ def test_tensorflow_only_commands_are_refused_by_name_under_jax(toy_corpus, tmp_
     refused = jax_command(*flags, "--strategy", "mirrored")
     assert refused.returncode == 2
     assert "--strategy mirrored is a TensorFlow strategy" in refused.stderr
+
+
+
+# As NO_TENSORFLOW, also counting the compilations of the training step (JAX's own log).
+COUNTING_COMPILES = """
+import logging, sys
+for name in ("tensorflow", "tensorflow_text", "tensorflow_datasets"):
+    sys.modules[name] = None
+import jax
+jax.config.update("jax_log_compiles", True)
+compiles = []
+class Count(logging.Handler):
+    def emit(self, record):
+        message = record.getMessage()
+        if "XLA compilation" in message and "train_step" in message:
+            compiles.append(message)
+logging.getLogger("jax").addHandler(Count())
+from keras_transformer.cli import main
+code = main(sys.argv[1:])
+print("train_step compiled", len(compiles))
+sys.exit(code)
+"""
+
+
+@pytest.mark.slow
+def test_jax_compiles_the_training_step_once_per_static_shape(toy_corpus, prepared, tmp_path):
+    """Under JAX, pad_to_bucket is on by default: the step is compiled once per static shape
+    of the batches trained on (at most the 5 coarse cells of max_length 32), fewer than the
+    length cells those batches span."""
+    from pipelines import buckets
+    from pipelines.prepared import BatchPlan, PreparedData
+
+    steps, data = 16, PreparedData(prepared)
+    shapes = {kind: {batch[1].shape for batch in BatchPlan(
+        data, 256, 32, 1234, devices=1, static=kind == "static").batches(0, steps)}
+        for kind in ("cells", "static")}
+    assert len(shapes["static"]) <= len(buckets.static_boundaries(32)) < len(shapes["cells"])
+    flags = train_command(toy_corpus, tmp_path / "run")[3:]
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run(
+        [sys.executable, "-c", COUNTING_COMPILES, *flags, "--prepared-data", prepared,
+         "--train-steps", str(steps), "--eval-steps", str(steps), "--dropout", "0.0"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pad_to_bucket True [auto: jax compiles the step once per batch shape]" in " ".join(
+        result.stdout.split())
+    assert f"train_step compiled {len(shapes['static'])}\n" in result.stdout

@@ -112,10 +112,15 @@ def test_kit_holds_the_data_and_a_script_that_runs_without_tensorflow(kit, tmp_p
     assert quick["alpha"] in (0.6, 1.0, 1.4, 1.8) and quick["weights"]
     assert quick["test2016"]["literature_references"] == "official"
     assert quick["test2016"]["sacrebleu"] >= 0 and quick["tensorflow_imported"] is False
+    # Static shapes by default under JAX; the first step (its compilation) and the rate.
+    assert quick["pad_to_bucket"] is True and quick["stopped"] == "reached train_steps=4"
+    assert 0 < quick["first_step_s"] < quick["train_minutes"] * 60 + 1
+    assert quick["steps_per_s"] > 0 and quick["steps_per_s_after_first"] > 0
 
     sweep = by_check["sweep"]  # part c: every tiny setting trained and scored on val
     assert [line["setting"] for line in sweep] == ["full", "dropout-0.2"]
     assert all(line["val_greedy_sacrebleu"] >= 0 and line["steps"] == 4 for line in sweep)
+    assert all(line["pad_to_bucket"] is True and line["first_step_s"] > 0 for line in sweep)
     (best,) = by_check["full_recipe_best"]
     assert best["setting"] == max(sweep, key=lambda line: line["val_greedy_sacrebleu"])[
         "setting"]

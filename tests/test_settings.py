@@ -126,6 +126,25 @@ def test_a_resumed_run_compares_only_what_was_given(tmp_path):
         saved.continued(make_config(preset="tiny", dropout=0.1))
 
 
+def test_pad_to_bucket_is_on_by_default_where_the_step_is_compiled_per_shape():
+    """auto: static shapes under JAX and TensorFlow with --xla, the exact shapes on TensorFlow
+    without XLA (this process's backend); the effective config says why; a given value stays."""
+    from keras_transformer.runs.config import static_shapes
+
+    assert static_shapes(False, "jax") == (True, "jax compiles the step once per batch shape")
+    assert static_shapes(True, "tensorflow")[0] is True
+    assert static_shapes(False, "tensorflow") == (
+        False, "TensorFlow without XLA runs any batch shape")
+    config = make_config(preset="tiny").resolved()
+    assert config.pad_to_bucket is False
+    assert ("pad_to_bucket False [auto: TensorFlow without XLA runs any batch shape]"
+            in " ".join(config.describe().split()))
+    assert make_config(preset="tiny", xla=True).resolved().pad_to_bucket is True
+    given = make_config(preset="tiny", origin="flag", pad_to_bucket=True).resolved()
+    assert given.pad_to_bucket is True and given.sources["pad_to_bucket"] == "flag"
+    assert given.resolved().to_dict()["data"]["pad_to_bucket"] is True
+
+
 def test_a_format_2_document_reads_as_the_same_config():
     """config.json as keras-transformer 0.2.0 wrote it: flat keys, mostly null architecture
     keys, the architecture beside them."""

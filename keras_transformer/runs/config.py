@@ -60,7 +60,12 @@ class TrainConfig(Settings):
         if optimization["precision"] == AUTO:
             optimization["precision"], reason = _machine_precision()
             sources["precision"] = f"auto: {reason}"
-        config = dataclasses.replace(self, model=model,
+        data = self.data
+        if data.pad_to_bucket is None:
+            pad, reason = static_shapes(self.optimization.xla)
+            data = dataclasses.replace(data, pad_to_bucket=pad)
+            sources["pad_to_bucket"] = f"auto: {reason}"
+        config = dataclasses.replace(self, model=model, data=data,
                                      optimization=OptimizationSettings(**optimization))
         config.sources.update(sources)
         return config
@@ -139,6 +144,22 @@ def _machine_precision():
     return hardware.choose_precision(backend=backend, accelerator=accelerator)
 
 
+def static_shapes(xla, backend=None):
+    """(pad_to_bucket, reason) of `pad_to_bucket: auto`: on where the training step is compiled
+    once per batch shape (every step under JAX; TensorFlow's with --xla), where a few static
+    shapes save compilations (on Multi30k 6 steps compiled instead of 22, each some seconds on a
+    GPU); off on TensorFlow without XLA, which runs any shape as it comes."""
+    if backend is None:
+        import keras
+
+        backend = keras.backend.backend()
+    if backend == "tensorflow":
+        if xla:
+            return True, "XLA (--xla) compiles the step once per batch shape"
+        return False, "TensorFlow without XLA runs any batch shape"
+    return True, f"{backend} compiles the step once per batch shape"
+
+
 def load_config_file(path):
     """Reads a YAML or JSON config file into {setting: value} (sections or flat keys),
     refusing unknown keys by name."""
@@ -170,4 +191,4 @@ def make_config(file=None, *, config_class=TrainConfig, origin=GIVEN, **override
     return config_class.from_values(values, sources)
 
 
-__all__ = ["FILE", "FLAG", "TrainConfig", "load_config_file", "make_config"]
+__all__ = ["FILE", "FLAG", "TrainConfig", "load_config_file", "make_config", "static_shapes"]

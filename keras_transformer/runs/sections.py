@@ -136,8 +136,11 @@ class DataSettings(Section):
                                     "replica (paper: 25000)", check=positive)
     max_length: int = setting(MAX_LENGTH, "drop pairs longer than this many tokens",
                               check=positive, prepare=True)
-    pad_to_bucket: bool = setting(False, "pad batches to bucket boundaries (static shapes for "
-                                  "XLA)")
+    pad_to_bucket: Optional[bool] = setting(
+        None, "static shapes: pad every batch to one of a few fixed shapes (coarse length "
+        "cells: 6 on Multi30k), so that a step compiled per batch shape compiles a few times; "
+        "the same batches, with more padding", default_text="default auto: on under JAX and "
+        "with --xla, where the step is compiled per shape; off on TensorFlow without XLA")
 
     def validate(self):
         super().validate()

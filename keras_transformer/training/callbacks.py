@@ -280,15 +280,18 @@ class DevBleu(keras.callbacks.Callback):
 
 
 class StopAt(keras.callbacks.Callback):
-    """Stops at `train_steps` optimizer steps or after `minutes` of training."""
+    """Stops at `train_steps` optimizer steps or after `minutes` of training. Keeps when the
+    first batch ended (`first_batch_end`, time.monotonic()): under XLA, after its compilation."""
 
     def __init__(self, train_steps, step_fn, minutes=None):
         super().__init__()
         self.train_steps, self.step_fn, self.minutes = train_steps, step_fn, minutes
         self.start = time.monotonic()
-        self.reason = None
+        self.reason = self.first_batch_end = None
 
     def on_train_batch_end(self, batch, logs=None):
+        if self.first_batch_end is None:
+            self.first_batch_end = time.monotonic()
         if self.step_fn() >= self.train_steps:
             self.reason = f"reached train_steps={self.train_steps}"
         elif self.minutes and time.monotonic() - self.start >= 60 * self.minutes:

@@ -5,7 +5,9 @@ Training and dev batches take one path on every backend: the numpy batch plan of
 `pipelines.prepared` cuts and pads them (`pipelines.buckets`). TensorFlow reads them through
 tf.data (one pipeline per worker under tf.distribute, tokens counted in the graph); other
 backends (JAX) read the same batches as numpy arrays with no TensorFlow imported, padded to a
-fixed shape per length cell so that XLA compiles one step per cell.
+fixed shape per length cell so that XLA compiles one step per cell. `pad_to_bucket` (on by
+default under JAX and with --xla) makes those cells coarse (`pipelines.buckets.static_boundaries`):
+a few shapes, so a few compilations, for more padding; the batches hold the same pairs either way.
 """
 
 import logging
@@ -74,8 +76,8 @@ def dev_data(config, run):
     vocabulary = run.vocabulary()
     batches, too_long = batches_of_pairs(
         vocabulary.encode(sources), vocabulary.encode(references), config.tokens_per_batch,
-        config.max_length, pad_to_bucket=config.pad_to_bucket,
-        devices=None if on_tensorflow() else local_devices())
+        config.max_length, devices=None if on_tensorflow() else local_devices(),
+        static=bool(config.pad_to_bucket))
     if too_long:
         log.warning("dev: %d pairs longer than max_length=%d are not evaluated", too_long,
                     config.max_length)
@@ -132,10 +134,12 @@ def train_batches(data, config, strategy, start, counter):
     """Token-budget batches of the prepared training data, repeated, from batch number `start`
     of each input pipeline's stream, counted by `counter`: a tf.data.Dataset on TensorFlow (one
     pipeline per worker, each reading its own shards), a generator of numpy arrays elsewhere
-    (the same batches, padded to a fixed shape per length cell)."""
+    (the same batches, padded to a fixed shape per length cell). With `pad_to_bucket`, the fixed
+    shapes of a few coarse cells, on every backend."""
+    static = bool(config.pad_to_bucket)
     if not on_tensorflow():
         plan = BatchPlan(data, config.tokens_per_batch, config.max_length, config.seed,
-                         pad_to_bucket=config.pad_to_bucket, devices=local_devices())
+                         devices=local_devices(), static=static)
         data.check(plan.shards)
         return counter.numpy_step(plan.batches(start))
 
@@ -144,8 +148,8 @@ def train_batches(data, config, strategy, start, counter):
         if input_context is not None:
             worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
         plan, dataset = training_dataset(
-            data, config.tokens_per_batch, config.max_length, config.seed,
-            pad_to_bucket=config.pad_to_bucket, worker=worker, num_workers=workers, start=start)
+            data, config.tokens_per_batch, config.max_length, config.seed, worker=worker,
+            num_workers=workers, start=start, static=static)
         if workers > 1:
             print(f"input pipeline {worker} of {workers} reads shards "
                   f"{','.join(map(str, plan.shards))}", flush=True)

@@ -179,6 +179,8 @@ def _train(requested, held, continue_stopped):
     summary.update({"step": step, "seconds": round(seconds, 1), "tokens": tokens,
                     "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
                     "stopped": early.reason or stop.reason or "epochs done"})
+    if stop.first_batch_end is not None:  # the first step, its compilation included
+        summary["first_step_seconds"] = round(stop.first_batch_end - started, 2)
     summary.update(origin.summary())
     if validation is not None:
         summary.update(validation.results())  # the pass at the last epoch's end, if current

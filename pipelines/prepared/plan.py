@@ -38,16 +38,19 @@ def with_offsets(arrays):
     return arrays
 
 
-def padded_batch(arrays, rows, bounds, tokens_per_batch, pad_to_bucket=False, devices=None):
+def padded_batch(arrays, rows, bounds, tokens_per_batch, pad_to_bucket=False, devices=None,
+                 shape_bounds=None):
     """((source, decoder input), labels) int32 of the pairs `rows` of `arrays` (`with_offsets`)
     in the shape `buckets.batch_shape` gives: source + EOS; BOS + target + EOS shifted into the
     decoder input (BOS + target) and the labels (target + EOS). With `devices`, the same values
-    in the larger fixed shape `buckets.fixed_shape` gives for XLA."""
+    in the larger fixed shape `buckets.fixed_shape` gives for XLA, by the cells `shape_bounds`
+    (default `bounds`)."""
     src_n, tgt_n = arrays["src_n"], arrays["tgt_n"]
     shape = buckets.batch_shape(int(src_n[rows].max()) + 1, int(tgt_n[rows].max()) + 2,
                                 len(rows), bounds, tokens_per_batch, pad_to_bucket)
     num_rows, columns_src, columns_tgt = (
-        buckets.fixed_shape(shape, bounds, tokens_per_batch, devices) if devices else shape)
+        buckets.fixed_shape(shape, bounds if shape_bounds is None else shape_bounds,
+                            tokens_per_batch, devices) if devices else shape)
     _, width_src, width_tgt = shape
     src = buckets.pad(arrays["src_ids"], arrays["src_off"], src_n, rows, num_rows, width_src,
                       after=EOS_ID, columns=columns_src)
@@ -70,13 +73,13 @@ def as_dataset(batches):
 
 def batches_of_pairs(source_ids, target_ids, tokens_per_batch, max_length=MAX_LENGTH,
                      pad_to_bucket=False, devices=None, growth=GROWTH,
-                     min_boundary=MIN_BOUNDARY):
+                     min_boundary=MIN_BOUNDARY, static=False):
     """Token-budget batches of tokenized pairs in length order (a dev set), cut and padded as
     `BatchPlan` cuts and pads with the same settings.
 
     Args:
         source_ids, target_ids: lists of id lists without specials.
-        pad_to_bucket, devices: as for `BatchPlan`.
+        pad_to_bucket, devices, static: as for `BatchPlan`.
 
     Returns:
         (list of ((source, decoder input), labels) int32 arrays, pairs left out as longer than
@@ -93,9 +96,19 @@ def batches_of_pairs(source_ids, target_ids, tokens_per_batch, max_length=MAX_LE
     bounds = np.asarray(buckets.geometric_boundaries(max_length, min_boundary, growth), np.int64)
     order, starts = buckets.cut(src_len[kept], tgt_len[kept], bounds, tokens_per_batch,
                                 pad_to_bucket)
-    batches = [padded_batch(arrays, rows, bounds, tokens_per_batch, pad_to_bucket, devices)
+    devices, shape_bounds = _static_shapes(static, devices, max_length)
+    batches = [padded_batch(arrays, rows, bounds, tokens_per_batch, pad_to_bucket, devices,
+                            shape_bounds)
                for rows in np.split(kept[order], starts[1:])] if len(kept) else []
     return batches, len(source_ids) - len(kept)
+
+
+def _static_shapes(static, devices, max_length):
+    """(devices, shape bounds) for `padded_batch`: with `static`, fixed shapes (on at least one
+    device) by the coarse cells of `buckets.static_boundaries`."""
+    if not static:
+        return devices, None
+    return devices or 1, np.asarray(buckets.static_boundaries(max_length), np.int64)
 
 
 class BatchPlan:
@@ -115,11 +128,14 @@ class BatchPlan:
         devices: pad every batch to a fixed shape for XLA (`buckets.fixed_shape`), its rows a
             multiple of `devices`; None keeps the shapes of `pad_to_bucket`. The batches hold
             the same pairs in the same order either way.
+        static: the fixed shapes (on `devices`, or one) by the coarse cells of
+            `buckets.static_boundaries` rather than the length cells: on Multi30k 6 shapes
+            instead of 22, for about 1.3 times the padded tokens. Same batches again.
     """
 
     def __init__(self, data, tokens_per_batch, max_length=MAX_LENGTH, seed=0, growth=GROWTH,
                  min_boundary=MIN_BOUNDARY, pad_to_bucket=False, worker=0, num_workers=1,
-                 group_shards=GROUP_SHARDS, devices=None):
+                 group_shards=GROUP_SHARDS, devices=None, static=False):
         try:
             buckets.check_budget(tokens_per_batch, max_length)
         except ValueError as error:
@@ -130,9 +146,10 @@ class BatchPlan:
                             f"max_length={max_length}.")
         self.data, self.seed = data, seed
         self.tokens_per_batch, self.max_length = tokens_per_batch, max_length
-        self.pad_to_bucket, self.group_shards, self.devices = pad_to_bucket, group_shards, devices
+        self.pad_to_bucket, self.group_shards = pad_to_bucket, group_shards
         self.bounds = np.asarray(buckets.geometric_boundaries(max_length, min_boundary, growth),
                                  np.int64)
+        self.devices, self.shape_bounds = _static_shapes(static, devices, max_length)
         self.shards = list(range(worker, len(data.shards), num_workers))
         if len(data.shards) < num_workers:  # some worker would have nothing to read
             raise DataError(
@@ -229,7 +246,7 @@ class BatchPlan:
                     if stop is not None and number >= stop:
                         return
                     yield padded_batch(arrays, rows, self.bounds, self.tokens_per_batch,
-                                       self.pad_to_bucket, self.devices)
+                                       self.pad_to_bucket, self.devices, self.shape_bounds)
                     number += 1
                 offset = 0
             epoch, group = epoch + 1, 0
@@ -240,7 +257,7 @@ class BatchPlan:
 
 
 def training_dataset(data, tokens_per_batch, max_length=MAX_LENGTH, seed=0, pad_to_bucket=False,
-                     worker=0, num_workers=1, start=0):
+                     worker=0, num_workers=1, start=0, static=False):
     """What training reads: this worker's shards checked (sizes and checksums, so a damaged
     one is named before training starts), their batch plan, and its stream from batch `start`.
 
@@ -248,6 +265,6 @@ def training_dataset(data, tokens_per_batch, max_length=MAX_LENGTH, seed=0, pad_
         (BatchPlan, tf.data.Dataset of ((source, decoder input), labels)).
     """
     plan = BatchPlan(data, tokens_per_batch, max_length, seed, pad_to_bucket=pad_to_bucket,
-                     worker=worker, num_workers=num_workers)
+                     worker=worker, num_workers=num_workers, static=static)
     data.check(plan.shards)
     return plan, plan.dataset(start)

@@ -138,6 +138,33 @@ def test_fixed_shapes_for_xla_pad_the_same_batches(toy_data):
     assert len(shapes) <= len(bounds)
 
 
+def test_static_shapes_pad_the_same_batches_to_a_few_coarse_cells(toy_data):
+    """What JAX trains on by default (`pad_to_bucket` on): the batches of the plain plan, each
+    padded to the fixed shape of its coarse cell (8, 12, 16, 24, 32 at max_length 32)."""
+    from pipelines import buckets
+
+    plain = prepared.BatchPlan(toy_data, 256, 32, seed=7)
+    fine = prepared.BatchPlan(toy_data, 256, 32, seed=7, devices=1)
+    static = prepared.BatchPlan(toy_data, 256, 32, seed=7, static=True)
+    cells = buckets.static_boundaries(32)
+    assert cells == [8, 12, 16, 24, 32]
+    fine_shapes, static_shapes = set(), set()
+    for before, fixed, after in zip(plain.batches(0, plain.batches_per_epoch),
+                                    fine.batches(0, plain.batches_per_epoch),
+                                    static.batches(0, plain.batches_per_epoch)):
+        (src, tgt_in), labels = after
+        assert src.shape == tgt_in.shape == labels.shape and src.shape[1] in cells
+        below = max([0] + [c for c in cells if c < src.shape[1]])
+        assert src.shape[0] == 256 // (below + 1)  # the most rows a batch of that cell holds
+        for small, padded in zip(before[0] + (before[1],), after[0] + (after[1],)):
+            rows, width = small.shape
+            np.testing.assert_array_equal(padded[:rows, :width], small)
+            assert not padded[rows:].any() and not padded[:, width:].any()
+        fine_shapes.add(fixed[0][0].shape)
+        static_shapes.add(src.shape)
+    assert len(static_shapes) <= len(cells) < len(fine_shapes)
+
+
 def test_workers_read_disjoint_shards(toy_data):
     plans = [prepared.BatchPlan(toy_data, 256, 32, seed=7, worker=w, num_workers=2)
              for w in range(2)]
