@@ -12,6 +12,58 @@ import pytest  # noqa: E402
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+# -- Order and grouping on two workers (`make test`: pytest -n 2 --dist loadfile) ------------
+
+# The files that take longest in `make test` (seconds of tests on one quiet core, rounded),
+# run first so that the two workers end together; the others follow in collection order.
+# Measured with `--durations`; a new heavy file belongs here.
+HEAVY_FILES = {
+    "test_serving.py": 110, "test_distill.py": 95, "test_alignment.py": 90,
+    "test_gpu_kit.py": 85, "test_early_stopping.py": 45, "test_tensorboard.py": 45,
+    "test_search_fixtures.py": 40, "test_export.py": 40, "test_loading.py": 30,
+}
+# Files that share a session fixture run on one worker, as one unit: file -> the file whose
+# worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads).
+SAME_WORKER = {"test_serving_tf1.py": "test_serving.py"}
+
+
+def _unit(nodeid):
+    """The unit of work of a test: its file, or the file whose worker runs it."""
+    path = pathlib.PurePath(nodeid.split("::", 1)[0])
+    return str(path.with_name(SAME_WORKER.get(path.name, path.name)))
+
+
+def pytest_collection_modifyitems(items):
+    """Heaviest units first, the others in collection order; the tests of a unit together,
+    in their order."""
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(_unit(item.nodeid), index)
+
+    def key(item):
+        unit = _unit(item.nodeid)
+        return -HEAVY_FILES.get(pathlib.PurePath(unit).name, 0), first[unit]
+
+    items.sort(key=key)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With --dist loadfile: the units above (a file, or the files of SAME_WORKER) in the
+    collection's order. xdist's own order (files with most tests first) would start the
+    heaviest files last and leave one worker idle at the end."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class UnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return UnitScheduling(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _data_cache(tmp_path_factory):
     """Prepared training data goes to a folder of this test session, not ~/.cache (subprocess
@@ -106,3 +158,14 @@ def run_copy(tiny_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(tiny_run, copy)
     return copy
+
+
+@pytest.fixture(scope="session")
+def toy_saved_model(tiny_run, tmp_path_factory):
+    """`tiny_run` exported once as a SavedModel (the export's defaults: beam 4, alpha 0.6),
+    read by the serving tests (tests/test_serving.py, tests/test_serving_tf1.py); the two
+    files run on one worker (`pytest_xdist_make_scheduler` below), so it is exported once."""
+    from keras_transformer import export
+
+    return export.export_run(tiny_run, output_dir=tmp_path_factory.mktemp("toy-export"),
+                             name="toy")
