@@ -14,23 +14,26 @@ SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "d
 
 # -- Order and grouping on two workers (`make test`: pytest -n 2 --dist loadfile) ------------
 
-# The files that take longest in `make test` (seconds of tests on one quiet core, rounded),
-# run first so that the two workers end together; the others follow in collection order.
-# Measured with `--durations`; a new heavy file belongs here.
+# The files that take longest in `make test` (seconds of tests on a quiet core, rounded; from
+# `--durations`), run first so that the two workers end together; the others follow in
+# collection order. A new heavy file belongs here.
 HEAVY_FILES = {
-    "test_serving.py": 110, "test_distill.py": 95, "test_alignment.py": 90,
-    "test_gpu_kit.py": 85, "test_early_stopping.py": 45, "test_tensorboard.py": 45,
-    "test_search_fixtures.py": 40, "test_export.py": 40, "test_loading.py": 30,
+    "tests/test_training.py": 175, "tests/test_serving.py": 110, "tests/test_distill.py": 90,
+    "tests/test_gpu_kit.py": 85, "tests/test_alignment.py": 80, "tests/runs/test_run.py": 80,
+    "tests/test_decoding_controls.py": 50, "tests/test_search.py": 45,
+    "tests/test_tensorboard.py": 45, "tests/test_early_stopping.py": 40,
+    "tests/test_search_fixtures.py": 40, "tests/test_export.py": 40,
+    "tests/test_model.py": 35, "tests/test_loading.py": 30,
 }
 # Files that share a session fixture run on one worker, as one unit: file -> the file whose
 # worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads).
-SAME_WORKER = {"test_serving_tf1.py": "test_serving.py"}
+SAME_WORKER = {"tests/test_serving_tf1.py": "tests/test_serving.py"}
 
 
 def _unit(nodeid):
     """The unit of work of a test: its file, or the file whose worker runs it."""
-    path = pathlib.PurePath(nodeid.split("::", 1)[0])
-    return str(path.with_name(SAME_WORKER.get(path.name, path.name)))
+    path = nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(path, path)
 
 
 def pytest_collection_modifyitems(items):
@@ -42,7 +45,7 @@ def pytest_collection_modifyitems(items):
 
     def key(item):
         unit = _unit(item.nodeid)
-        return -HEAVY_FILES.get(pathlib.PurePath(unit).name, 0), first[unit]
+        return -HEAVY_FILES.get(unit, 0), first[unit]
 
     items.sort(key=key)
 
