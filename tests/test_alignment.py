@@ -246,7 +246,7 @@ def digit_ct2(digit_model, tmp_path_factory):
     from keras_transformer.export.ct2 import export_ctranslate2
 
     run, model, _ = digit_model
-    return export_ctranslate2(model, run.tokenizer(), tmp_path_factory.mktemp("digit-ct2"),
+    return export_ctranslate2(model, run.tokenizer(), tmp_path_factory.mktemp("digit") / "ct2",
                               max_input_length=run.config.max_length)
 
 
