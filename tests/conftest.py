@@ -12,6 +12,61 @@ import pytest  # noqa: E402
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+# -- Order and grouping on two workers (`make test`: pytest -n 2 --dist loadfile) ------------
+
+# The files that take longest in `make test` (seconds of tests on a quiet core, rounded; from
+# `--durations`), run first so that the two workers end together; the others follow in
+# collection order. A new heavy file belongs here.
+HEAVY_FILES = {
+    "tests/test_training.py": 175, "tests/test_serving.py": 110, "tests/test_distill.py": 90,
+    "tests/test_gpu_kit.py": 85, "tests/test_alignment.py": 80, "tests/runs/test_run.py": 80,
+    "tests/test_decoding_controls.py": 50, "tests/test_search.py": 45,
+    "tests/test_tensorboard.py": 45, "tests/test_early_stopping.py": 40,
+    "tests/test_search_fixtures.py": 40, "tests/test_export.py": 40,
+    "tests/test_model.py": 35, "tests/test_loading.py": 30,
+}
+# Files that share a session fixture run on one worker, as one unit: file -> the file whose
+# worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads).
+SAME_WORKER = {"tests/test_serving_tf1.py": "tests/test_serving.py"}
+
+
+def _unit(nodeid):
+    """The unit of work of a test: its file, or the file whose worker runs it."""
+    path = nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(path, path)
+
+
+def pytest_collection_modifyitems(items):
+    """Heaviest units first, the others in collection order; the tests of a unit together,
+    in their order."""
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(_unit(item.nodeid), index)
+
+    def key(item):
+        unit = _unit(item.nodeid)
+        return -HEAVY_FILES.get(unit, 0), first[unit]
+
+    items.sort(key=key)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """With --dist loadfile: the units above (a file, or the files of SAME_WORKER) in the
+    collection's order. xdist's own order (files with most tests first) would start the
+    heaviest files last and leave one worker idle at the end."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class UnitScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return UnitScheduling(config, log)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _data_cache(tmp_path_factory):
     """Prepared training data goes to a folder of this test session, not ~/.cache (subprocess
@@ -106,3 +161,14 @@ def run_copy(tiny_run, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(tiny_run, copy)
     return copy
+
+
+@pytest.fixture(scope="session")
+def toy_saved_model(tiny_run, tmp_path_factory):
+    """`tiny_run` exported once as a SavedModel (the export's defaults: beam 4, alpha 0.6),
+    read by the serving tests (tests/test_serving.py, tests/test_serving_tf1.py); the two
+    files run on one worker (`pytest_xdist_make_scheduler` below), so it is exported once."""
+    from keras_transformer import export
+
+    return export.export_run(tiny_run, output_dir=tmp_path_factory.mktemp("toy-export"),
+                             name="toy")

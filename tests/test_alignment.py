@@ -222,20 +222,43 @@ def digit_run(tmp_path_factory, runtime_preset):
     return folder / "run", held_out
 
 
+@pytest.fixture(scope="module")
+def digit_model(digit_run):
+    """(run, model, vocabulary) of digit_run, loaded once."""
+    from keras_transformer.runs import Run
+
+    run = Run(digit_run[0])
+    return run, run.load_model(), run.vocabulary()
+
+
+@pytest.fixture(scope="module")
+def digit_greedy(digit_model):
+    """The greedy Translator of the digit model (its search compiled once)."""
+    from keras_transformer.decoding.translate import Translator
+
+    _, model, vocabulary = digit_model
+    return Translator(model, vocabulary, beam_size=1, precision="float32")
+
+
+@pytest.fixture(scope="module")
+def digit_ct2(digit_model, tmp_path_factory):
+    """The digit model exported for CTranslate2 (the alignment layer and heads chosen)."""
+    from keras_transformer.export.ct2 import export_ctranslate2
+
+    run, model, _ = digit_model
+    return export_ctranslate2(model, run.tokenizer(), tmp_path_factory.mktemp("digit") / "ct2",
+                              max_input_length=run.config.max_length)
+
+
 def diagonal(sentence):
     return " ".join(f"{i}-{i}" for i in range(len(sentence.split())))
 
 
 @pytest.mark.slow
-def test_digit_alignments_are_the_diagonal(digit_run, tmp_path):
-    from keras_transformer.decoding.translate import Translator
-    from keras_transformer.runs import Run
-
-    run_dir, sources = digit_run
-    run = Run(run_dir)
-    model, vocabulary = run.load_model(), run.vocabulary()
-    translations = Translator(model, vocabulary, beam_size=1, precision="float32").translate(
-        sources)
+def test_digit_alignments_are_the_diagonal(digit_run, digit_model, digit_greedy, request):
+    _, sources = digit_run
+    _, model, vocabulary = digit_model
+    translations = digit_greedy.translate(sources)
     exact = sum(t == number_names(s) for s, t in zip(sources, translations))
     assert exact >= 0.8 * len(sources), list(zip(sources, translations))
     gold = [diagonal(s) for s in sources]
@@ -253,11 +276,8 @@ def test_digit_alignments_are_the_diagonal(digit_run, tmp_path):
     # CTranslate2, exported with the same layer and heads, links the same words.
     pytest.importorskip("ctranslate2")
     from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
-    from keras_transformer.export.ct2 import export_ctranslate2
 
-    folder = export_ctranslate2(model, run.tokenizer(), tmp_path / "ct2",
-                                max_input_length=run.config.max_length)
-    theirs = CTranslate2Translator(folder, beam_size=1)
+    theirs = CTranslate2Translator(request.getfixturevalue("digit_ct2"), beam_size=1)
     pieces = theirs.encode(sources)
     outputs = theirs.translator.translate_batch(pieces, beam_size=1, return_attention=True,
                                                 max_input_length=0)
@@ -279,7 +299,8 @@ def linked_alike(ours, theirs):
 
 
 @pytest.mark.slow
-def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(digit_run, tmp_path):
+def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(
+        digit_run, digit_model, digit_greedy, tmp_path, request):
     import json
     import os
     import subprocess
@@ -287,12 +308,10 @@ def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(digit_r
 
     from keras_transformer.decoding.translate import Translator
     from keras_transformer.export import export_saved_model
-    from keras_transformer.runs import Run
     from tests.test_serving import FRESH_PROCESS
 
-    run_dir, held_out = digit_run
-    run = Run(run_dir)
-    model, vocabulary = run.load_model(), run.vocabulary()
+    _, held_out = digit_run
+    run, model, vocabulary = digit_model
     sources = held_out[:12] + ["", "3 1 4"]
     ours = Translator(model, vocabulary, beam_size=2, alpha=0.6, precision="float32")
     best = ours.translate(sources, alignments=True)
@@ -341,13 +360,10 @@ def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(digit_r
     # CTranslate2 (its greedy search, our rule on its attention): within the tolerance.
     pytest.importorskip("ctranslate2")
     from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
-    from keras_transformer.export.ct2 import export_ctranslate2
 
-    folder = export_ctranslate2(model, run.tokenizer(), tmp_path / "ct2",
-                                max_input_length=run.config.max_length)
+    folder = request.getfixturevalue("digit_ct2")
     theirs = CTranslate2Translator(folder, beam_size=1).translate(sources, alignments=True)
-    greedy = Translator(model, vocabulary, beam_size=1, precision="float32").translate(
-        sources, alignments=True)
+    greedy = digit_greedy.translate(sources, alignments=True)
     assert [text for text, _ in theirs] == [text for text, _ in greedy]
     same, total = linked_alike([a for _, a in greedy], [a for _, a in theirs])
     scored = CTranslate2Translator(folder).score(sources, [t for t, _ in best],

@@ -29,12 +29,21 @@ STOP_LINE = (r"^early stopping at step (\d+): dev loss has not improved by at le
              r"evaluations; the best, loss (\S+) at step (\d+), is (\S+)$")
 
 
+def in_process(command):
+    """`train_command`'s command line run by the command-line entry point in this process."""
+    from keras_transformer import cli
+
+    assert command[1:3] == ["-m", "keras_transformer.cli"], command
+    return cli.main(command[3:])
+
+
 def weights(model):
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
 
 
 @pytest.mark.slow  # three short trainings of the tiny preset (~1-2 minutes on 2 cores)
-def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(tmp_path):
+def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(tmp_path,
+                                                                                capsys):
     corpus = write_corpus(tmp_path / "corpus")
     whole_dir, pieces_dir = tmp_path / "whole", tmp_path / "pieces"
     whole = subprocess.Popen(train_command(corpus, whole_dir, *SETTINGS),
@@ -95,23 +104,25 @@ def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
     saved = json.loads((whole_dir / "checkpoints" / f"ckpt-{step}.json").read_text())
     assert saved["state"]["early_stopping"]["stopped_step"] == step
 
-    # The same command again: the run had stopped, and says so; nothing is trained.
-    repeated = run(train_command(corpus, whole_dir, *SETTINGS))
-    assert repeated.returncode == 0, repeated.stderr[-2000:]
+    # The same command again (in this process: the command line, not a new process, is what
+    # is tested from here on): the run had stopped, and says so; nothing is trained.
+    capsys.readouterr()
+    assert in_process(train_command(corpus, whole_dir, *SETTINGS)) == 0
+    repeated = capsys.readouterr()
     assert re.search(rf"^{re.escape(str(whole_dir))} stopped early at step {step} .* it trains "
                      r"on to train_steps 100000 only with --continue-stopped\.$",
-                     repeated.stdout, re.M), repeated.stdout[-2000:]
-    assert "training done" not in repeated.stdout
+                     repeated.out, re.M), repeated.out[-2000:] + repeated.err[-2000:]
+    assert "training done" not in repeated.out
     assert Run(whole_dir).checkpoints()[-1].endswith(f"ckpt-{step}.weights.h5")
 
     # Asked to (--continue-stopped), it trains on, extended by two evaluations.
-    extended = run(train_command(corpus, whole_dir, *SETTINGS, "--continue-stopped",
-                                 "--train-steps", str(step + 20)))
-    assert extended.returncode == 0, extended.stderr[-2000:]
+    assert in_process(train_command(corpus, whole_dir, *SETTINGS, "--continue-stopped",
+                                    "--train-steps", str(step + 20))) == 0
+    extended = capsys.readouterr()
     assert f"continuing a run that stopped early at step {step} (--continue-stopped)" in \
-        extended.stdout
-    assert re.search(rf"training done: step {step} -> {step + 20} ", extended.stdout), \
-        extended.stdout[-2000:]
+        extended.out, extended.out[-2000:] + extended.err[-2000:]
+    assert re.search(rf"training done: step {step} -> {step + 20} ", extended.out), \
+        extended.out[-2000:]
 
 
 def test_a_dev_metric_other_than_loss_needs_the_dev_translation():

@@ -115,19 +115,19 @@ FEATURES = [
 
 
 @pytest.fixture(scope="module")
-def served(tiny_run, tmp_path_factory):
-    """The answers of one SavedModel export of tiny_run, loaded in a fresh process, to the
-    hostile requests in turn, then to the feature requests."""
+def served(toy_saved_model, tmp_path_factory):
+    """The answers of one SavedModel export of tiny_run (shared with test_serving_tf1.py),
+    loaded in a fresh process, to the hostile requests in turn, then to the feature
+    requests."""
     folder = tmp_path_factory.mktemp("serving")
+    path = toy_saved_model
     start = time.time()
-    path = export.export_run(tiny_run, output_dir=folder, name="toy")
-    print(f"export: {time.time() - start:.1f} s")
     requests = folder / "requests.py"
     requests.write_text(repr([r for r, _ in HOSTILE] + FEATURES), encoding="utf-8")
     result = run_python("-c", FRESH_PROCESS, str(path), str(requests), str(folder / "a.json"),
                         timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    print(f"export and requests: {time.time() - start:.1f} s")
+    print(f"requests: {time.time() - start:.1f} s")
     # The optional inputs' defaults are in the SignatureDefs (TensorFlow Serving applies them).
     from tensorflow.core.protobuf import saved_model_pb2
 

@@ -62,11 +62,10 @@ REQUESTS = [
 
 
 @pytest.fixture(scope="module")
-def exports(tiny_run, tmp_path_factory):
-    """tiny_run exported once as a SavedModel (beam 4, alpha 0.6: the defaults)."""
-    folder = tmp_path_factory.mktemp("serving-tf1")
-    return {"saved_model": export.export_run(tiny_run, output_dir=folder, name="toy"),
-            "folder": folder}
+def exports(toy_saved_model, tmp_path_factory):
+    """tiny_run's SavedModel (beam 4, alpha 0.6: the defaults; shared with test_serving.py)
+    and a folder of this module's own."""
+    return {"saved_model": toy_saved_model, "folder": tmp_path_factory.mktemp("serving-tf1")}
 
 
 @pytest.fixture(scope="module")
