@@ -123,6 +123,7 @@ def main(argv=None):
     if unknown:
         parser.error(f"--stages: unknown {', '.join(unknown)}; choose among {', '.join(STAGES)}")
     sys.path[:0] = [str(ROOT)]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # the commands' own logs stay quiet too
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     log = work / "distillation.log"
