@@ -21,12 +21,12 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(BIN)/keras-transformer demo
 
-# The full suite and the fast subset on four pytest workers (each test file stays on one
-# worker, so its fixtures are built once). More workers than a 2-core machine's cores: the
-# tests spend part of their time waiting on child processes and on the disk (exports,
-# checkpoints), and the extra workers fill those waits (two workers kept the CPUs 171% busy of
-# 200%, three 185%). `PYTEST_WORKERS=0` runs them in one process.
-PYTEST_WORKERS ?= 4
+# The full suite and the fast subset on three pytest workers (each test file stays on one
+# worker, so its fixtures are built once). Three on a 2-core machine: the tests spend part of
+# their time waiting on child processes and on the disk (exports, checkpoints), and a third
+# worker fills those waits (two workers kept the CPUs 171% busy of 200%).
+# `PYTEST_WORKERS=0` runs them in one process.
+PYTEST_WORKERS ?= 3
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
