@@ -172,3 +172,19 @@ def toy_saved_model(tiny_run, tmp_path_factory):
 
     return export.export_run(tiny_run, output_dir=tmp_path_factory.mktemp("toy-export"),
                              name="toy")
+
+
+@pytest.fixture(scope="session")
+def toy_translators(tiny_run):
+    """In-process translators of `tiny_run` by beam size (alpha 0.6, float32: as the exports
+    search), each made on first use, so that the serving tests share their compiled
+    searches."""
+    from keras_transformer.decoding.translate import Translator
+
+    class Translators(dict):
+        def __missing__(self, beam_size):
+            self[beam_size] = Translator.from_run(tiny_run, beam_size=beam_size, alpha=0.6,
+                                                  precision="float32")
+            return self[beam_size]
+
+    return Translators()

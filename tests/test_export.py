@@ -16,6 +16,7 @@ from keras_transformer import export
 from keras_transformer.decoding.translate import Translator
 from keras_transformer.errors import RunError
 from keras_transformer.runs.run import TEMPORARY_PREFIX
+from tests.conftest import RUNTIME_CLI
 from tests.training_helpers import run_python
 
 SENTENCES = 100
@@ -62,17 +63,41 @@ FRESH_PROCESS = textwrap.dedent("""
     }, open(outputs, "w", encoding="utf-8"))
 """)
 
-# Checks op types against a TensorFlow-only registry (no tensorflow_text imported).
-CORE_OPS = textwrap.dedent("""
+# Runs in a fresh interpreter that imports TensorFlow only (no tensorflow_text): checks op
+# types against its registry first, then loads an ids-only SavedModel and translates a row.
+TF_ONLY_PROCESS = textwrap.dedent("""
     import json, sys
     import tensorflow as tf
     from tensorflow.python.framework import op_def_registry
     from tensorflow.python.framework import kernels
-    ops = json.loads(sys.argv[1])
+    directory, ops = sys.argv[1], json.loads(sys.argv[2])
     missing = [op for op in ops if op_def_registry.get(op) is None]
     no_cpu = [op for op in ops if op_def_registry.get(op) is not None and not any(
         k.device_type in ("CPU", "DEFAULT") for k in kernels.get_registered_kernels_for_op(op).kernel)]
-    print(json.dumps({"missing": missing, "no_cpu_kernel": no_cpu}))
+    loaded = tf.saved_model.load(directory)
+    out = loaded.signatures["translate_ids"](source_ids=tf.constant([[10, 11, 2]]),
+        beam_size=tf.constant(1), alpha=tf.constant(0.0))
+    print(json.dumps({"missing": missing, "no_cpu_kernel": no_cpu,
+                      "ids": out["ids"].numpy().tolist(),
+                      "tensorflow_text": "tensorflow_text" in sys.modules}))
+""")
+
+
+# Runs `keras-transformer saved-model-cli` once per command given, each after a separator line
+# on stdout; fails unless each exits with status 0.
+SEPARATOR = "=== next command ===\n"
+SAVED_MODEL_CLI = textwrap.dedent(f"""
+    import json, sys
+    from keras_transformer import cli
+    for arguments in json.loads(sys.argv[1]):
+        print({SEPARATOR!r}, end="", flush=True)
+        try:
+            status = cli.main(["saved-model-cli", *arguments])
+        except SystemExit as exit:
+            status = exit.code or 0
+        sys.stdout.flush()
+        if status:
+            sys.exit(status)
 """)
 
 
@@ -143,58 +168,64 @@ def test_saved_model_in_a_fresh_process_matches_in_process_beam_search(
     assert served["default"] == expected[:3]
 
 
-@pytest.mark.slow
-def test_translate_ids_uses_core_tensorflow_ops_only(saved_model):
+@pytest.fixture(scope="module")
+def ids_only_model(tiny_run, tmp_path_factory):
+    """tiny_run exported with the ids signatures only (no tensorflow-text ops)."""
+    return export.export_run(tiny_run, output_dir=tmp_path_factory.mktemp("ids-only"),
+                             name="toy", ids_only=True)
+
+
+@pytest.fixture(scope="module")
+def tensorflow_only(saved_model, ids_only_model):
+    """(op types of the full export's translate_ids, the answers of one fresh process that
+    imports TensorFlow only: those ops in its registry, and the ids-only export loaded)."""
     ids_ops = export.signature_op_types(saved_model, "translate_ids")
+    result = run_python("-c", TF_ONLY_PROCESS, str(ids_only_model), json.dumps(ids_ops))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return ids_ops, json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_translate_ids_uses_core_tensorflow_ops_only(saved_model, tensorflow_only):
+    ids_ops, check = tensorflow_only
     serve_ops = export.signature_op_types(saved_model, "serving_default")
     assert "While" in ids_ops or "StatelessWhile" in ids_ops
     assert "SentencepieceOp" in serve_ops  # the walk sees the tokenizer where it is used
     assert not any("Sentencepiece" in op for op in ids_ops)
-    result = run_python("-c", CORE_OPS, json.dumps(ids_ops))
-    assert result.returncode == 0, result.stderr[-3000:]
-    check = json.loads(result.stdout.strip().splitlines()[-1])
-    assert check == {"missing": [], "no_cpu_kernel": []}
+    assert check["tensorflow_text"] is False  # a TensorFlow-only registry
+    assert (check["missing"], check["no_cpu_kernel"]) == ([], [])
 
 
 @pytest.mark.slow
-def test_ids_only_saved_model_loads_without_tensorflow_text(run_dir, tmp_path):
-    path = export.export_run(run_dir, output_dir=tmp_path, name="ids", ids_only=True)
-    script = textwrap.dedent("""
-        import sys, tensorflow as tf
-        loaded = tf.saved_model.load(sys.argv[1])
-        out = loaded.signatures["translate_ids"](source_ids=tf.constant([[10, 11, 2]]),
-            beam_size=tf.constant(1), alpha=tf.constant(0.0))
-        assert "tensorflow_text" not in sys.modules
-        print(out["ids"].numpy().tolist())
-    """)
-    result = run_python("-c", script, str(path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().endswith("2]]")
+def test_ids_only_saved_model_loads_without_tensorflow_text(tensorflow_only):
+    _, loaded = tensorflow_only
+    assert loaded["tensorflow_text"] is False
+    assert loaded["ids"][0][-1] == 2, loaded["ids"]
 
 
 @pytest.mark.slow
 def test_saved_model_cli_show_and_run(saved_model):
-    result = run_python("-m", "keras_transformer.cli", "saved-model-cli", "show", "--dir",
-                     str(saved_model), "--all")
+    # Both commands in one process (saved_model_cli ends each with SystemExit).
+    commands = [["show", "--dir", str(saved_model), "--all"],
+                ["run", "--dir", str(saved_model), "--tag_set", "serve", "--signature_def",
+                 "serving_default", "--input_exprs", 'sentences=["A dog runs."]']]
+    result = run_python("-c", SAVED_MODEL_CLI, json.dumps(commands))
     assert result.returncode == 0, result.stderr[-3000:]
+    _, show, run = result.stdout.split(SEPARATOR)
     for line in ("signature_def['serving_default']", "signature_def['translate_ids']",
                  "inputs['sentences'] tensor_info:", "inputs['source_ids'] tensor_info:",
                  "dtype: DT_STRING", "dtype: DT_INT32", "shape: (-1, -1)"):
-        assert line in result.stdout
-    result = run_python("-m", "keras_transformer.cli", "saved-model-cli", "run", "--dir",
-                     str(saved_model), "--tag_set", "serve", "--signature_def",
-                     "serving_default", "--input_exprs", 'sentences=["A dog runs."]')
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "Result for output key translations" in result.stdout
+        assert line in show
+    assert "Result for output key translations" in run
 
 
 @pytest.mark.slow
-def test_tflite_matches_the_saved_model(run_dir, saved_model, test_set, tmp_path):
+def test_tflite_matches_the_saved_model(run_dir, saved_model, in_process, test_set, tmp_path):
     import tensorflow as tf
 
     sources, references = test_set
     loaded = tf.saved_model.load(str(saved_model))
-    translator = Translator.from_run(run_dir)
+    translator = in_process  # (its encode and vocabulary: the run's)
     rows = translator.encode(sources)
     expected = [_strip(loaded.translate_ids(tf.constant([row]))["ids"].numpy()[0])
                 for row in rows]
@@ -218,18 +249,21 @@ def test_tflite_matches_the_saved_model(run_dir, saved_model, test_set, tmp_path
 
 
 @pytest.mark.slow
-def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(run_dir, tmp_path):
+def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(tiny_run, tmp_path):
+    # Ids-only exports of the tiny run: the versions and the temporary name are the same code
+    # for every SavedModel export, and these trace the fewest signatures.
     base = tmp_path / "models"
-    first = export.export_run(run_dir, output_dir=base, name="m", version=3)
+    first = export.export_run(tiny_run, output_dir=base, name="m", version=3, ids_only=True)
     with pytest.raises(export.ExportError, match="already exists.*overwriting"):
-        export.export_run(run_dir, output_dir=base, name="m", version=3)
+        export.export_run(tiny_run, output_dir=base, name="m", version=3, ids_only=True)
     marker = first / "marker"
     marker.write_text("old")
-    export.export_run(run_dir, output_dir=base, name="m", version=3, overwrite=True)
+    export.export_run(tiny_run, output_dir=base, name="m", version=3, overwrite=True,
+                      ids_only=True)
     assert not marker.exists() and (first / "saved_model.pb").is_file()
 
-    command = [sys.executable, "-m", "keras_transformer.cli", "export", "--run-dir",
-               str(run_dir), "--output-dir", str(base), "--name", "m"]
+    command = [sys.executable, *RUNTIME_CLI, "export", "--run-dir", str(tiny_run),
+               "--output-dir", str(base), "--name", "m", "--ids-only"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     # Killed as soon as it writes under the temporary name (it then still traces the search
@@ -242,7 +276,7 @@ def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(run_dir, 
     assert export.existing_versions(base / "m") == [3]
     assert list((base / "m").glob(TEMPORARY_PREFIX + "*"))  # the partial write is hidden
     # The next export cleans it up and takes the next version.
-    path = export.export_run(run_dir, output_dir=base, name="m")
+    path = export.export_run(tiny_run, output_dir=base, name="m", ids_only=True)
     assert path.name == "4" and not list((base / "m").glob(TEMPORARY_PREFIX + "*"))
 
 
@@ -291,11 +325,10 @@ def test_export_options_are_checked_before_anything_is_loaded(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_xla_signature_translates_as_translate_ids(tiny_run, tmp_path):
+def test_the_xla_signature_translates_as_translate_ids(ids_only_model):
     import tensorflow as tf
 
-    path = export.export_run(tiny_run, output_dir=tmp_path, name="toy", ids_only=True)
-    loaded = tf.saved_model.load(str(path))
+    loaded = tf.saved_model.load(str(ids_only_model))
     source_ids = tf.constant([[10, 11, 12, 13, 2], [14, 15, 2, 0, 0], [2, 0, 0, 0, 0]])
     expected = loaded.translate_ids(source_ids)
     found = loaded.translate_ids_xla(source_ids)

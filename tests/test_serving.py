@@ -146,8 +146,8 @@ def served(toy_saved_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def translator(tiny_run):
-    return Translator.from_run(tiny_run, beam_size=4, alpha=0.6, precision="float32")
+def translator(toy_translators):
+    return toy_translators[4]
 
 
 @pytest.mark.slow
@@ -178,7 +178,7 @@ def test_hostile_requests_get_their_documented_answers_and_the_next_is_served(
 
 
 @pytest.mark.slow
-def test_prefixes_and_nbest_equal_the_translators(served, translator, tiny_run):
+def test_prefixes_and_nbest_equal_the_translators(served, translator, toy_translators):
     _, features = served
     with_prefix = translator.translate(SENTENCES, nbest=True, prefixes=PREFIXES)
     assert features[1]["translations"] == [h[0][0] for h in with_prefix]
@@ -187,13 +187,12 @@ def test_prefixes_and_nbest_equal_the_translators(served, translator, tiny_run):
                                atol=1e-4)
     for text, prefix in zip(features[1]["translations"], PREFIXES):
         assert text.startswith(prefix)
-    beam2 = Translator.from_run(tiny_run, beam_size=2, alpha=0.6,
-                                precision="float32").translate(SENTENCES, nbest=True)
+    beam2 = toy_translators[2].translate(SENTENCES, nbest=True)
     assert features[3]["translations"] == [[text for text, _ in h] for h in beam2]
 
 
 @pytest.mark.slow
-def test_sampling_is_seeded_and_equals_the_translators(served, translator, tiny_run):
+def test_sampling_is_seeded_and_equals_the_translators(served, translator, toy_translators):
     _, features = served
     first, again, greedy = features[4:7]
     assert first == again
@@ -202,9 +201,7 @@ def test_sampling_is_seeded_and_equals_the_translators(served, translator, tiny_
     assert first["translations"] == [[text for text, _ in expected[0]]]
     np.testing.assert_allclose(first["scores"], [[s for _, s in expected[0]]], atol=1e-4)
     # top_k=1 leaves only the most likely token: greedy search.
-    greedy_translator = Translator.from_run(tiny_run, beam_size=1,
-                                            precision="float32")
-    assert greedy["translations"][0] == greedy_translator.translate(SENTENCES[:1]) * 2
+    assert greedy["translations"][0] == toy_translators[1].translate(SENTENCES[:1]) * 2
 
 
 @pytest.mark.slow
@@ -218,13 +215,13 @@ def test_score_signature_equals_the_translators(served, translator):
 
 
 @pytest.mark.slow
-def test_the_tflite_model_returns_the_beams_nbest(tiny_run, tmp_path):
+def test_the_tflite_model_returns_the_beams_nbest(tiny_run, toy_translators, tmp_path):
     from ai_edge_litert.interpreter import Interpreter
 
     path = export.export_run(tiny_run, format="tflite", beam_size=2, output_dir=tmp_path,
                              name="toy")
     runner = Interpreter(model_path=str(path)).get_signature_runner()
-    translator = Translator.from_run(tiny_run, beam_size=2, alpha=0.6, precision="float32")
+    translator = toy_translators[2]
     expected = translator.translate(SENTENCES + [""], nbest=True)
     for rows, sentence, hypotheses in zip(translator.encode(SENTENCES + [""]),
                                           SENTENCES + [""], expected):

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from keras_transformer import export
-from keras_transformer.decoding.translate import Translator
 from tests.training_helpers import run_python
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -81,9 +80,8 @@ def served(exports):
 
 
 @pytest.fixture(scope="module")
-def translators(tiny_run):
-    return {beam: Translator.from_run(tiny_run, beam_size=beam, alpha=0.6, precision="float32")
-            for beam in (4, 2)}
+def translators(toy_translators):
+    return toy_translators  # (beam 4 and 2; shared with test_serving.py)
 
 
 def _best(hypotheses):
