@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -249,11 +250,14 @@ def test_tflite_matches_the_saved_model(run_dir, saved_model, in_process, test_s
 
 
 @pytest.mark.slow
-def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(tiny_run, tmp_path):
+def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(tiny_run, ids_only_model,
+                                                                    tmp_path):
     # Ids-only exports of the tiny run: the versions and the temporary name are the same code
-    # for every SavedModel export, and these trace the fewest signatures.
+    # for every SavedModel export, and these trace the fewest signatures. Version 3 is first
+    # a copy of the module's export (of the same run).
     base = tmp_path / "models"
-    first = export.export_run(tiny_run, output_dir=base, name="m", version=3, ids_only=True)
+    first = base / "m" / "3"
+    shutil.copytree(ids_only_model, first)
     with pytest.raises(export.ExportError, match="already exists.*overwriting"):
         export.export_run(tiny_run, output_dir=base, name="m", version=3, ids_only=True)
     marker = first / "marker"
