@@ -25,6 +25,23 @@ def model():
     return model
 
 
+# The searches several tests run, each traced once for the file (a compiled search traces once
+# for every batch shape, so sharing it only saves tracing).
+@pytest.fixture(scope="module")
+def greedy(model):
+    return compiled_greedy_search(model)
+
+
+@pytest.fixture(scope="module")
+def greedy_forced(model):
+    return compiled_greedy_search(model, with_prefix=True)
+
+
+@pytest.fixture(scope="module")
+def scorer(model):
+    return compiled_scorer(model)
+
+
 def prefix_of(ids, k):
     """The first k tokens of each row (stopping before EOS), 0-padded to width max(k, 1)."""
     rows = [list(h[:-1])[:k] for h in hypotheses(ids)]
@@ -35,23 +52,21 @@ def prefix_of(ids, k):
 
 
 @pytest.mark.slow
-def test_an_empty_prefix_gives_the_unconstrained_output(model):
+def test_an_empty_prefix_gives_the_unconstrained_output(model, greedy, greedy_forced):
     src = sources(seed=3)
     empty = np.zeros((len(src), 1), np.int32)
     free = compiled_beam_search(model, 4, 0.6)(src)
     forced = compiled_beam_search(model, 4, 0.6, with_prefix=True)(src, empty)
     np.testing.assert_array_equal(free["ids"], forced["ids"])
     np.testing.assert_allclose(free["scores"], forced["scores"], atol=1e-6)
-    greedy = compiled_greedy_search(model)(src)
-    greedy_forced = compiled_greedy_search(model, with_prefix=True)(src, empty)
-    np.testing.assert_array_equal(greedy[0], greedy_forced[0])
+    np.testing.assert_array_equal(greedy(src)[0], greedy_forced(src, empty)[0])
 
 
 @pytest.mark.parametrize("k", [1, pytest.param(3, marks=pytest.mark.slow)])
-def test_a_prefix_of_greedys_output_gives_it_back(model, k):
+def test_a_prefix_of_greedys_output_gives_it_back(greedy, greedy_forced, k):
     src = sources(seed=4)
-    greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
-    ids, scores = compiled_greedy_search(model, with_prefix=True)(src, prefix_of(greedy_ids, k))
+    greedy_ids, greedy_scores = greedy(src)
+    ids, scores = greedy_forced(src, prefix_of(greedy_ids, k))
     assert hypotheses(ids) == hypotheses(greedy_ids)
     np.testing.assert_allclose(scores, greedy_scores, atol=1e-4)
 
@@ -76,7 +91,7 @@ def test_a_prefix_of_the_beams_best_gives_it_back_on_a_trained_model(tiny_run):
 
 
 @pytest.mark.slow
-def test_outputs_start_with_their_prefix_and_its_score_counts(model):
+def test_outputs_start_with_their_prefix_and_its_score_counts(model, scorer):
     src = sources(seed=5)
     prefix = np.array([[7, 8, 9, 10, 11], [12, 0, 0, 0, 0], [0, 0, 0, 0, 0]], np.int32)
     result = compiled_beam_search(model, 3, 0.0, with_prefix=True)(src, prefix)
@@ -85,25 +100,25 @@ def test_outputs_start_with_their_prefix_and_its_score_counts(model):
             assert list(np.asarray(result["ids"])[row, k, : len(wanted)]) == wanted
     # The score counts the forced tokens: equal to scoring the hypothesis as a given target.
     best = np.asarray(result["ids"])[:, 0]
-    scored = compiled_scorer(model)(src, best)
+    scored = scorer(src, best)
     np.testing.assert_allclose(scored["log_prob"], result["log_probs"][:, 0], atol=1e-4)
 
 
 @pytest.mark.slow
-def test_the_beams_best_scores_as_its_search_score_without_length_penalty(model):
+def test_the_beams_best_scores_as_its_search_score_without_length_penalty(model, scorer):
     src = sources(seed=6)
     result = compiled_beam_search(model, 4, 1.0)(src)
     for k in range(4):
         ids = np.asarray(result["ids"])[:, k]
-        scored = compiled_scorer(model)(src, ids)
+        scored = scorer(src, ids)
         np.testing.assert_allclose(scored["log_prob"], result["log_probs"][:, k], atol=1e-4)
         lengths = [len(h) for h in hypotheses(ids)]
         np.testing.assert_array_equal(scored["tokens"], lengths)
 
 
-def test_sampling_with_top_k_1_equals_greedy(model):
+def test_sampling_with_top_k_1_equals_greedy(model, greedy):
     src = sources(seed=7)
-    greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
+    greedy_ids, greedy_scores = greedy(src)
     sampled = compiled_sample_search(model, num_samples=3, top_k=1)(src, np.int32(5))
     for j in range(3):
         assert hypotheses(sampled["ids"][:, j]) == hypotheses(greedy_ids)
@@ -111,7 +126,7 @@ def test_sampling_with_top_k_1_equals_greedy(model):
 
 
 @pytest.mark.slow
-def test_the_same_seed_gives_the_same_samples_and_another_seed_others(model):
+def test_the_same_seed_gives_the_same_samples_and_another_seed_others(model, scorer):
     src = sources(seed=8)
     sample = compiled_sample_search(model, num_samples=4, temperature=1.5)
     first, again, other = sample(src, np.int32(1)), sample(src, np.int32(1)), sample(
@@ -121,7 +136,7 @@ def test_the_same_seed_gives_the_same_samples_and_another_seed_others(model):
     # Scores are the model's log-probabilities of what was drawn.
     for j in range(4):
         ids = np.asarray(first["ids"])[:, j]
-        np.testing.assert_allclose(compiled_scorer(model)(src, ids)["log_prob"],
+        np.testing.assert_allclose(scorer(src, ids)["log_prob"],
                                    first["scores"][:, j], atol=1e-4)
 
 

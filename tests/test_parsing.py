@@ -1,27 +1,26 @@
 """Parsing as translation: a tiny model trained briefly on the PTB sample, end to end."""
 
-import subprocess
-import sys
-
 import pytest
 
 from pipelines.tokenizer import SubwordTokenizer
 from pipelines.treebank import read_trees, words
 
 
-pytestmark = pytest.mark.slow  # trains a parser in a subprocess
+pytestmark = pytest.mark.slow  # trains a parser
 
 
 @pytest.fixture(scope="module")
 def parse_run(tmp_path_factory, shared_data):
+    """The train command, run in this process (a child process would only add an import of
+    TensorFlow)."""
+    from keras_transformer import cli
+
     run_dir = tmp_path_factory.mktemp("parse") / "run"
-    command = [sys.executable, "-m", "keras_transformer.cli", "train", "--preset", "tiny",
-               "--dataset", "ptb", "--source-dir", str(shared_data / "ptb-sample"),
-               "--vocab-size", "1200", "--train-steps", "20", "--eval-steps", "20",
-               "--tokens-per-batch", "2048", "--max-length", "256", "--output-dir",
-               str(run_dir), "--verbose", "0"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
+    status = cli.main(["train", "--preset", "tiny", "--dataset", "ptb", "--source-dir",
+                       str(shared_data / "ptb-sample"), "--vocab-size", "1200", "--train-steps",
+                       "20", "--eval-steps", "20", "--tokens-per-batch", "2048", "--max-length",
+                       "256", "--output-dir", str(run_dir), "--verbose", "0"])
+    assert status == 0
     return run_dir
 
 
@@ -35,14 +34,16 @@ def test_tree_tokens_are_single_pieces(parse_run):
     assert tokenizer.detokenize(tf.ragged.constant([ids])).numpy()[0].decode() == text
 
 
-def test_parse_command_gives_one_well_formed_tree_per_sentence(parse_run, tmp_path):
+def test_parse_command_gives_one_well_formed_tree_per_sentence(parse_run, tmp_path, capsys):
+    from keras_transformer import cli
+
     source = tmp_path / "in.txt"
     source.write_text("The dog runs .\n\nProfits rose 5 % in the third quarter .\n")
-    command = [sys.executable, "-m", "keras_transformer.cli", "parse", "--run-dir",
-               str(parse_run), "--input", str(source), "--beam", "2"]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
+    status = cli.main(["parse", "--run-dir", str(parse_run), "--input", str(source), "--beam",
+                       "2"])
+    out, err = capsys.readouterr()
+    assert status == 0, err[-3000:]
+    lines = out.splitlines()
     assert len(lines) == 3 and lines[1] == ""
     for line, sentence in ((lines[0], "The dog runs ."),
                            (lines[2], "Profits rose 5 % in the third quarter .")):

@@ -33,6 +33,18 @@ def model():
     return model
 
 
+# The searches several tests run, each traced once for the file (a compiled search traces once
+# for every batch shape: test_search_traces_once_for_many_batch_shapes).
+@pytest.fixture(scope="module")
+def greedy(model):
+    return compiled_greedy_search(model)
+
+
+@pytest.fixture(scope="module")
+def beam(model):
+    return compiled_beam_search(model, 4)
+
+
 def sources(seed=0, rows=3, width=7):
     rng = np.random.default_rng(seed)
     ids = rng.integers(4, VOCAB, (rows, width)).astype("int32")
@@ -52,11 +64,11 @@ def hypotheses(ids):
     return out
 
 
-def test_beam_size_1_equals_greedy(model):
+def test_beam_size_1_equals_greedy(model, greedy):
     # With alpha = 0 beam search of width 1 must make greedy's choices; with alpha > 0 it may
     # legitimately keep going to find a longer, better-normalized hypothesis.
     src = sources()
-    greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
+    greedy_ids, greedy_scores = greedy(src)
     # translate_beam inside a graph (eagerly it runs the same ops, one Python step at a time).
     beam = tf.function(lambda ids: translate_beam(model, ids, beam_size=1, alpha=0.0))(src)
     assert hypotheses(beam["ids"][:, 0]) == hypotheses(greedy_ids)
@@ -64,14 +76,14 @@ def test_beam_size_1_equals_greedy(model):
 
 
 @pytest.mark.parametrize("beam_size", [1, pytest.param(4, marks=pytest.mark.slow)])
-def test_cached_and_uncached_decoding_agree(model, beam_size):
-    src = sources(seed=1)
+def test_cached_and_uncached_decoding_agree(model, greedy, beam, beam_size):
+    src = sources(seed=1)  # greedy and beam are the cached searches
     if beam_size == 1:
-        cached = compiled_greedy_search(model, cached=True)(src)[0]
+        cached = greedy(src)[0]
         uncached = compiled_greedy_search(model, cached=False)(src)[0]
         assert hypotheses(cached) == hypotheses(uncached)
         return
-    cached = compiled_beam_search(model, beam_size, cached=True)(src)
+    cached = beam(src)
     uncached = compiled_beam_search(model, beam_size, cached=False)(src)
     for k in range(beam_size):
         assert hypotheses(cached["ids"][:, k]) == hypotheses(uncached["ids"][:, k])
@@ -79,9 +91,9 @@ def test_cached_and_uncached_decoding_agree(model, beam_size):
 
 
 @pytest.mark.slow
-def test_a_batch_decodes_like_its_sentences_one_by_one(model):
+def test_a_batch_decodes_like_its_sentences_one_by_one(beam):
     src = sources(seed=2, rows=4, width=9)
-    search = compiled_beam_search(model, 4)
+    search = beam
     batch = search(src)
     for row in range(len(src)):
         alone = src[row: row + 1]
@@ -172,16 +184,16 @@ def test_outputs_stop_at_input_length_plus_50(model):
 
 
 @pytest.mark.slow
-def test_xla_compiled_search_equals_the_plain_graph(model):
+def test_xla_compiled_search_equals_the_plain_graph(model, greedy, beam):
     """The XLA form (static cache and output lengths: padded width + extra_length) finds the
     same hypotheses with the same scores as the plain graph, padded inputs included."""
     src = np.pad(sources(seed=3, rows=3, width=8), [[0, 0], [0, 8]])  # padded like Translator
-    plain, xla = compiled_beam_search(model, 4), compiled_beam_search(model, 4, jit_compile=True)
+    plain, xla = beam, compiled_beam_search(model, 4, jit_compile=True)
     expected, found = plain(src), xla(src)
     for k in range(4):
         assert hypotheses(found["ids"][:, k]) == hypotheses(expected["ids"][:, k])
     np.testing.assert_allclose(found["scores"], expected["scores"], rtol=1e-4, atol=1e-4)
-    greedy_ids, greedy_scores = compiled_greedy_search(model)(src)
+    greedy_ids, greedy_scores = greedy(src)
     xla_ids, xla_scores = compiled_greedy_search(model, jit_compile=True)(src)
     assert hypotheses(xla_ids) == hypotheses(greedy_ids)
     assert xla_ids.shape[1] == greedy_ids.shape[1]  # padding columns trimmed as before
@@ -189,7 +201,7 @@ def test_xla_compiled_search_equals_the_plain_graph(model):
 
 
 @pytest.mark.slow
-def test_static_shapes_find_what_dynamic_shapes_find(model):
+def test_static_shapes_find_what_dynamic_shapes_find(model, greedy):
     """The static form that JAX compiles (cache and buffer of padded width + 50, trimmed
     afterwards on the host) finds the same hypotheses and scores as TensorFlow's dynamic one."""
     src = np.pad(sources(seed=4), [[0, 0], [0, 5]])
@@ -199,14 +211,15 @@ def test_static_shapes_find_what_dynamic_shapes_find(model):
         return (translate_beam(model, source_ids, 4, 0.6, static=True),
                 translate_greedy(model, source_ids, static=True))
 
-    result, greedy = static(src)
-    assert result["ids"].shape[-1] == greedy["ids"].shape[-1] == src.shape[1] + 50
+    result, static_greedy = static(src)
+    assert result["ids"].shape[-1] == static_greedy["ids"].shape[-1] == src.shape[1] + 50
     expected = compiled_beam_search(model, 4, alpha=0.6)(src)
     np.testing.assert_array_equal(trim(result["ids"].numpy()), expected["ids"].numpy())
     np.testing.assert_allclose(result["scores"], expected["scores"], rtol=1e-5, atol=1e-5)
-    expected_ids, expected_scores = compiled_greedy_search(model)(src)
-    np.testing.assert_array_equal(trim(greedy["ids"][:, 0].numpy()), expected_ids.numpy())
-    np.testing.assert_allclose(greedy["scores"][:, 0], expected_scores, rtol=1e-5, atol=1e-5)
+    expected_ids, expected_scores = greedy(src)
+    np.testing.assert_array_equal(trim(static_greedy["ids"][:, 0].numpy()), expected_ids.numpy())
+    np.testing.assert_allclose(static_greedy["scores"][:, 0], expected_scores, rtol=1e-5,
+                               atol=1e-5)
 
 
 def test_empty_rows_get_eos_alone_first_and_nothing_after():
