@@ -24,8 +24,10 @@ SWEEP = (("full", {}),
          ("d512", dict(d_model=512, d_ff=2048, num_heads=8)),
          ("label-smoothing-0.2", dict(label_smoothing=0.2)))
 # --tiny: a model and a schedule a CPU trains in seconds (the kit's data, cut to few steps).
+# Two steps: a first one (its compilation) and a later one, each evaluated and checkpointed;
+# under JAX every new batch shape is one more compilation, the bulk of a tiny run's time.
 TINY_MODEL = dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, tokens_per_batch=256,
-                  warmup_steps=4, train_steps=4, eval_steps=2, checkpoint_steps=2,
+                  warmup_steps=4, train_steps=2, eval_steps=1, checkpoint_steps=1,
                   keep_checkpoints=4, precision="float32")
 TINY_SWEEP = (("full", {}), ("dropout-0.2", dict(dropout=0.2)))
 BLOCKED = ("tensorflow", "tensorflow_text", "tensorflow_datasets")
