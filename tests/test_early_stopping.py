@@ -17,7 +17,7 @@ import pytest
 from keras_transformer.errors import ConfigError
 from keras_transformer.runs import Run, make_config
 from keras_transformer.runs.run import average_checkpoints
-from tests.training_helpers import run, train_command, wait_for, write_corpus
+from tests.training_helpers import train_command, wait_for
 
 # Evaluations every 10 steps, a checkpoint at each (saved before that step's evaluation, so a
 # run resumed from one owes it); an improvement must be 0.2 of dev loss at least, which the
@@ -41,14 +41,13 @@ def weights(model):
     return [keras.ops.convert_to_numpy(w) for w in model.weights]
 
 
-@pytest.mark.slow  # three short trainings of the tiny preset (~1-2 minutes on 2 cores)
-def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(tmp_path,
-                                                                                capsys):
-    corpus = write_corpus(tmp_path / "corpus")
+@pytest.mark.slow  # three short trainings of the tiny preset (~1 minute on 2 cores)
+def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
+        toy_corpus, tmp_path, capsys):
+    corpus = toy_corpus  # its prepared data may be in the session's cache already
     whole_dir, pieces_dir = tmp_path / "whole", tmp_path / "pieces"
-    whole = subprocess.Popen(train_command(corpus, whole_dir, *SETTINGS),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # The same run, killed (SIGKILL: no checkpoint of its own) after its second evaluation.
+    # The run killed (SIGKILL: no checkpoint of its own) after its second evaluation: a
+    # process of its own, the one thing here that must be one.
     command = train_command(corpus, pieces_dir, *SETTINGS)
     out = tmp_path / "pieces.out"
     with out.open("w") as stdout:
@@ -58,11 +57,15 @@ def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
     pieces.send_signal(signal.SIGKILL)
     pieces.wait(timeout=60)
     assert "early stopping" not in out.read_text()
-    resumed = run(command)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    # The same command again resumes it; the uninterrupted run is the same command on a new
+    # run directory. Both run in this process: the command line, not a new process, is what
+    # is tested from here on.
+    capsys.readouterr()
+    assert in_process(command) == 0
+    resumed = capsys.readouterr()
+    assert in_process(train_command(corpus, whole_dir, *SETTINGS)) == 0
+    stdout = capsys.readouterr().out
 
-    stdout, stderr = whole.communicate(timeout=600)
-    assert whole.returncode == 0, stderr[-2000:]
     stop = re.search(STOP_LINE, stdout, re.M)
     assert stop, stdout[-2000:]
     step, best_value, best_step = int(stop.group(1)), float(stop.group(2)), int(stop.group(3))
@@ -73,15 +76,15 @@ def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
     assert len(re.findall(r"^early stopping", stdout, re.M)) == 1
 
     # Stopped, killed and resumed: the same decision at the same step, the same best.
-    again = re.search(STOP_LINE, resumed.stdout, re.M)
-    assert again, resumed.stdout[-2000:]
+    again = re.search(STOP_LINE, resumed.out, re.M)
+    assert again, resumed.out[-2000:] + resumed.err[-2000:]
     assert (int(again.group(1)), int(again.group(3))) == (step, best_step)
     assert float(again.group(2)) == best_value
-    resumed_at = int(re.search(r"^resumed from \S+ckpt-(\d+)\.weights\.h5 at step", resumed.stdout,
+    resumed_at = int(re.search(r"^resumed from \S+ckpt-(\d+)\.weights\.h5 at step", resumed.out,
                                re.M).group(1))
     if resumed_at == 20:  # killed before ckpt-30: the evaluation at step 20 is made first
         assert re.search(r"^step 20: dev loss \S+ \(owed: the checkpoint resumed from was saved "
-                         r"before this evaluation\)$", resumed.stdout, re.M), resumed.stdout
+                         r"before this evaluation\)$", resumed.out, re.M), resumed.out
 
     # best.keras holds the weights of the best evaluation (the checkpoint of that step), and
     # the run decodes with it.
@@ -104,8 +107,7 @@ def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
     saved = json.loads((whole_dir / "checkpoints" / f"ckpt-{step}.json").read_text())
     assert saved["state"]["early_stopping"]["stopped_step"] == step
 
-    # The same command again (in this process: the command line, not a new process, is what
-    # is tested from here on): the run had stopped, and says so; nothing is trained.
+    # The same command again: the run had stopped, and says so; nothing is trained.
     capsys.readouterr()
     assert in_process(train_command(corpus, whole_dir, *SETTINGS)) == 0
     repeated = capsys.readouterr()

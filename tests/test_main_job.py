@@ -1,5 +1,6 @@
 """The re-tuned main job's pieces: the Multi30k literature BLEU convention, a recipe bounded by
-steps, the choices made on val, a progress bar over the run's steps, quiet third-party logs."""
+steps, the choices made on val, quiet third-party logs. (The progress bar over the run's steps:
+tests/test_tensorboard.py, on the resumed run there.)"""
 
 import gzip
 import os
@@ -91,17 +92,6 @@ def test_averages_may_take_every_other_checkpoint(run_copy, caplog):
     assert "Asked to average 2 checkpoints 2 apart" in caplog.text
     _, used = run.average(2)
     assert [os.path.basename(p) for p in used] == ["ckpt-10.weights.h5", "ckpt-20.weights.h5"]
-
-
-@pytest.mark.slow  # resumes a training (about 15 s)
-def test_progress_counts_the_runs_steps_from_where_it_resumed(run_copy, toy_corpus, capsys):
-    from keras_transformer.training import train
-    from tests.conftest import toy_config
-
-    train(toy_config(toy_corpus, run_copy, train_steps=30, verbose=1))
-    err = capsys.readouterr().err
-    assert "training: step 30/30 (100%)" in err and "Epoch" not in err
-    assert "step 20/30" in err  # the bar starts at the resumed step
 
 
 def test_the_command_hides_third_party_logs_unless_verbose():

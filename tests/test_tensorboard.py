@@ -1,6 +1,7 @@
 """A run's TensorBoard events: one writer per split (RUN/logs/train, RUN/logs/dev), x = the
 optimizer step, training figures every log_steps, dev figures at each evaluation, the config
-once; a resumed run's steps continue without duplicates (read as TensorBoard reads them)."""
+once; a resumed run's steps continue without duplicates (read as TensorBoard reads them), and
+its progress bar counts the run's steps from where it resumed."""
 
 import os
 import shutil
@@ -64,7 +65,8 @@ def test_the_events_of_a_run_by_optimizer_step(tiny_run):
 
 
 @pytest.mark.slow
-def test_a_resumed_run_continues_its_steps_and_dev_bleu_is_logged(run_copy, toy_corpus):
+def test_a_resumed_run_continues_its_steps_and_dev_bleu_is_logged(run_copy, toy_corpus,
+                                                                  capsys):
     from keras_transformer.training import train
     from tests.conftest import toy_config
 
@@ -73,7 +75,11 @@ def test_a_resumed_run_continues_its_steps_and_dev_bleu_is_logged(run_copy, toy_
     for path in (run_copy / "checkpoints").glob("ckpt-20.*"):
         path.unlink()
     (run_copy / "model.keras").unlink()
-    train(toy_config(toy_corpus, run_copy, train_steps=30, bleu_steps=10))
+    train(toy_config(toy_corpus, run_copy, train_steps=30, bleu_steps=10, verbose=1))
+    # The progress bar: the run's steps, not Keras' epochs, from the step it resumed at.
+    err = capsys.readouterr().err
+    assert "training: step 30/30 (100%)" in err and "Epoch" not in err
+    assert "step 10/30" in err
     train_events = read_events(run_copy / "logs" / "train")
     for tag in TRAIN_TAGS:
         assert steps(train_events[tag]) == [5, 10, 15, 20, 25, 30], tag
@@ -84,16 +90,34 @@ def test_a_resumed_run_continues_its_steps_and_dev_bleu_is_logged(run_copy, toy_
     assert steps(dev["bleu"]) == [20, 30]  # bleu_steps given to the resumed process
 
 
+def short_pairs(corpus, folder, most_words=3):
+    """The pairs of `corpus` whose source has at most `most_words` words, written to `folder`:
+    batches of one padded shape (toy corpus, max_length 32), so that JAX compiles the training
+    and the dev step once each rather than once per length cell of the whole corpus."""
+    folder.mkdir()
+    paths = {}
+    for split in ("train", "dev"):
+        pairs = [(src, tgt) for src, tgt in zip(
+            corpus[f"{split}.src"].read_text(encoding="utf-8").splitlines(),
+            corpus[f"{split}.tgt"].read_text(encoding="utf-8").splitlines())
+            if len(src.split()) <= most_words]
+        for side, lines in zip(("src", "tgt"), zip(*pairs)):
+            paths[f"{split}.{side}"] = folder / f"{split}.{side}"
+            paths[f"{split}.{side}"].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return paths
+
+
 @pytest.mark.slow
 def test_the_events_on_jax(toy_corpus, tmp_path):
     pytest.importorskip("jax")
     from tests.conftest import RUNTIME_CLI, RUNTIME_PRESET
 
     run_dir = tmp_path / "run"
+    corpus = short_pairs(toy_corpus, tmp_path / "corpus")
     command = [sys.executable, *RUNTIME_CLI, "train", "--preset", RUNTIME_PRESET,
-               "--dataset", "text", "--train-src", str(toy_corpus["train.src"]),
-               "--train-tgt", str(toy_corpus["train.tgt"]), "--dev-src",
-               str(toy_corpus["dev.src"]), "--dev-tgt", str(toy_corpus["dev.tgt"]),
+               "--dataset", "text", "--train-src", str(corpus["train.src"]),
+               "--train-tgt", str(corpus["train.tgt"]), "--dev-src",
+               str(corpus["dev.src"]), "--dev-tgt", str(corpus["dev.tgt"]),
                "--vocab-size", "400", "--tokens-per-batch", "256", "--max-length", "32",
                "--train-steps", "10", "--eval-steps", "5", "--log-steps", "5",
                "--precision", "float32", "--verbose", "0", "--output-dir", str(run_dir)]

@@ -159,8 +159,9 @@ class Validation(keras.callbacks.Callback):
 
     `results(step)` gives the figures at a step, reusing the pass made at the end of the last
     epoch when it was made at that step. The dev batches are a tf.data.Dataset or a list of
-    numpy batches; the pass is one compiled function per batch shape on either backend
-    (a tf.function, or a jax.jit of the model's stateless call).
+    numpy batches; the pass is compiled: on TensorFlow one tf.function traced once for any
+    batch shape of a dataset, on JAX a jax.jit of the model's stateless call (one compilation
+    per batch shape).
     """
 
     def __init__(self, dataset, loss, step_fn):
@@ -186,7 +187,13 @@ class Validation(keras.callbacks.Callback):
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
 
-            @tf.function(reduce_retracing=True)
+            # One trace for every batch shape: the dataset's structure with unknown sizes
+            # (reduce_retracing alone traces twice: the first shape, then a general one).
+            spec = getattr(self.dataset, "element_spec", None)
+            signature = None if spec is None else [tf.nest.map_structure(
+                lambda s: tf.TensorSpec([None] * s.shape.rank, s.dtype), part) for part in spec]
+
+            @tf.function(input_signature=signature, reduce_retracing=True)
             def step(inputs, labels):
                 return self._sums(model(inputs, training=False), labels)
 

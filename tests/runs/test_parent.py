@@ -1,10 +1,13 @@
 """Fine-tuning (`train --init-from`): a child run starts from its parent's weights, with its
 architecture and vocabulary, and trains, resumes and averages as any run."""
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import pathlib
+import shutil
 
 import keras
 import numpy as np
@@ -42,26 +45,37 @@ def child_config(parent, corpus, output_dir, dev=None, **overrides):
     return make_config(**{**settings, **overrides})
 
 
-def dev_loss(run_dir):
-    """The dev loss of a run's model for decoding, on its own dev set (as `train` reports
-    it)."""
-    run = Run(run_dir)
-    validation = Validation(dev_data(run.config, run)[0],
-                            LabelSmoothedCrossEntropy(run.config.label_smoothing), lambda: 0)
-    validation.set_model(run.load_model())
+def dev_loss(run_dir, dev_of):
+    """The dev loss of a run's model for decoding on the dev set of the run `dev_of`, as
+    `train` reports it."""
+    model, data = Run(run_dir), Run(dev_of)
+    validation = Validation(dev_data(data.config, data)[0],
+                            LabelSmoothedCrossEntropy(data.config.label_smoothing), lambda: 0)
+    validation.set_model(model.load_model())
     return validation.evaluate()["val_loss"]
 
 
-@pytest.mark.slow  # trains 10 steps (~10 s)
-def test_a_child_starts_at_its_parents_dev_loss_and_keeps_its_vocabulary(
-        tiny_run, toy_corpus, new_corpus, tmp_path, capsys):
-    child = tmp_path / "child"
-    summary = train(child_config(tiny_run, new_corpus, child, dev=toy_corpus))
-    assert "fine-tuning: starting from the weights of" in capsys.readouterr().out
-    # On the parent's dev set, the child's first dev loss is the parent's.
-    assert summary["start_val_loss"] == pytest.approx(dev_loss(tiny_run), abs=1e-5)
+@pytest.fixture(scope="module")
+def child_run(tmp_path_factory, tiny_run, new_corpus):
+    """A child trained once for the tests below: 30 steps on `new_corpus` (and its dev set)
+    from a private copy of `tiny_run`. Returns (parent, child, summary, printed output)."""
+    folder = tmp_path_factory.mktemp("fine-tuning")
+    parent, child = folder / "parent", folder / "child"
+    shutil.copytree(tiny_run, parent)
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        summary = train(child_config(parent, new_corpus, child, train_steps=30))
+    return parent, child, summary, out.getvalue()
 
-    parent = Run(tiny_run)
+
+@pytest.mark.slow  # the child: trains 30 steps (~10 s)
+def test_a_child_starts_at_its_parents_dev_loss_and_keeps_its_vocabulary(child_run,
+                                                                         new_corpus):
+    parent_dir, child, summary, out = child_run
+    assert "fine-tuning: starting from the weights of" in out
+    # On the same dev set, the child's first dev loss is its parent's.
+    assert summary["start_val_loss"] == pytest.approx(dev_loss(parent_dir, child), abs=1e-5)
+
+    parent = Run(parent_dir)
     assert Run(child).vocabulary_bytes() == parent.vocabulary_bytes()
     # The new data were prepared with that vocabulary, and the cache keys them by it.
     cache = pathlib.Path(os.environ["KERAS_TRANSFORMER_DATA_CACHE"])
@@ -72,28 +86,39 @@ def test_a_child_starts_at_its_parents_dev_loss_and_keeps_its_vocabulary(
                                                    cache.glob("*/manifest.json"))))
     saved = json.loads((child / "config.json").read_text())
     assert saved["parent"] == {
-        "init_from": str(tiny_run), "parent_model": str(tiny_run / "model.keras"),
+        "init_from": str(parent_dir), "parent_model": str(parent_dir / "model.keras"),
         "parent_config_sha256": hashlib.sha256(
-            (tiny_run / "config.json").read_bytes()).hexdigest()}
+            (parent_dir / "config.json").read_bytes()).hexdigest()}
     assert Run(child).config.architecture == parent.config.architecture
     assert saved["data"]["vocab_size"] == parent.config.vocab_size
-    # Its own schedule: warmup and steps as asked, not the parent's.
+    # Its own schedule: warmup and steps as asked, not the parent's (50 and 20).
     assert (saved["optimization"]["warmup_steps"], saved["optimization"]["train_steps"]) \
-        == (10, 10)
+        == (10, 30)
 
 
-@pytest.mark.slow  # trains 30 + 10 steps and averages (~20 s)
-def test_a_child_lowers_its_dev_loss_on_new_data_and_resumes_as_its_own_run(
-        tiny_run, new_corpus, tmp_path, capsys):
+@pytest.mark.slow  # the child (trains 30 steps, ~10 s)
+def test_a_child_lowers_its_dev_loss_on_new_data(child_run):
+    summary = child_run[2]
+    assert summary["val_loss"] < summary["start_val_loss"] - 0.1, summary
+
+
+@pytest.mark.slow  # the child, and 10 steps more on a copy of it (~15 s)
+def test_a_child_resumes_as_its_own_run_without_its_parent(child_run, new_corpus, tmp_path,
+                                                           capsys):
+    # The same command again, further, with the parent moved away: how the child starts is
+    # decided before training; it resumes from its own checkpoint, not the parent's weights,
+    # and reads no file of its parent.
+    parent, trained, _, _ = child_run
     child = tmp_path / "child"
-    config = child_config(tiny_run, new_corpus, child, train_steps=30)
-    first = train(config)
-    assert first["val_loss"] < first["start_val_loss"] - 0.1, first
-
-    # The same command again, further: the child's own checkpoint, not the parent's weights.
-    capsys.readouterr()
-    second = train(child_config(tiny_run, new_corpus, child, train_steps=40))
-    out = capsys.readouterr().out
+    shutil.copytree(trained, child)
+    moved = parent.rename(tmp_path / "moved-parent")
+    try:
+        capsys.readouterr()
+        second = train(child_config(parent, new_corpus, child, train_steps=40))
+        out = capsys.readouterr().out
+        assert moved.is_dir() and not parent.exists()
+    finally:
+        moved.rename(parent)
     assert "resumed from" in out and "ckpt-30" in out and "starting from the weights" not in out
     assert (second["start_step"], second["step"]) == (30, 40)
     assert "start_val_loss" not in second
@@ -158,17 +183,3 @@ def test_a_parent_changed_since_it_was_recorded_is_refused(run_copy, toy_corpus,
     config_path.write_text(config_path.read_text() + "\n")  # say, retrained in place
     with pytest.raises(RunError, match="changed since this run recorded it as its parent"):
         initialize(model, config)
-
-
-@pytest.mark.slow  # trains 10 + 10 steps (~20 s)
-def test_a_child_resumes_without_its_parent(run_copy, new_corpus, tmp_path, capsys):
-    # How the child starts is decided before training: it resumes from its own checkpoint and
-    # reads no file of its parent, which may have moved away since.
-    child = tmp_path / "child"
-    train(child_config(run_copy, new_corpus, child))
-    moved = run_copy.rename(tmp_path / "moved-parent")
-    capsys.readouterr()
-    summary = train(child_config(run_copy, new_corpus, child, train_steps=20))
-    assert (summary["start_step"], summary["step"]) == (10, 20)
-    assert "resumed from" in capsys.readouterr().out
-    assert moved.is_dir() and not run_copy.exists()

@@ -37,37 +37,35 @@ def test_config_json_is_self_contained(tiny_run):
 
 
 @pytest.mark.slow
-def test_a_changed_preset_does_not_change_the_run(run_copy, toy_corpus, runtime_preset, capsys):
+def test_a_moved_run_with_a_changed_preset_evaluates_averages_and_resumes_as_saved(
+        run_copy, toy_corpus, runtime_preset, tmp_path, capsys):
+    # The run directory moved and renamed, and its preset changed since it trained: the run
+    # finds its own files where it is now, and its saved architecture wins over today's preset.
+    moved = tmp_path / "elsewhere" / "renamed"
+    moved.parent.mkdir()
+    shutil.move(run_copy, moved)
     presets.PRESETS[RUNTIME_PRESET]["model"].update(d_model=48, num_heads=2)
     try:
         # evaluate
-        assert cli.main(["evaluate", "--run-dir", str(run_copy), "--src",
+        assert cli.main(["evaluate", "--run-dir", str(moved), "--src",
                          str(toy_corpus["dev.src"]), "--ref", str(toy_corpus["dev.tgt"]), "--beam",
                          "2"]) == 0
         assert '"sacrebleu"' in capsys.readouterr().out
         # average
-        assert cli.main(["average", "--run-dir", str(run_copy), "--last", "2"]) == 0
-        averaged = Run(run_copy).load_model()
+        assert cli.main(["average", "--run-dir", str(moved), "--last", "2"]) == 0
+        averaged = Run(moved).load_model()
         assert averaged.d_model == 32
-        # resume: the saved architecture wins over today's preset
-        summary = train(toy_config(toy_corpus, run_copy, train_steps=25))
+        # resume
+        capsys.readouterr()
+        summary = train(toy_config(toy_corpus, moved, train_steps=25))
+        out = capsys.readouterr().out
+        assert re.search(r"resumed from .*renamed/checkpoints/ckpt-20\.weights\.h5 at step 20",
+                         out), out
         assert (summary["start_step"], summary["step"]) == (20, 25)
-        assert Run(run_copy).load_model(prefer_averaged=False).d_model == 32
+        assert Run(moved).load_model(prefer_averaged=False).d_model == 32
+        assert Run(moved).config.output_dir == str(moved)
     finally:
         presets.PRESETS[RUNTIME_PRESET]["model"].update(d_model=32, num_heads=4)
-
-
-@pytest.mark.slow
-def test_a_moved_run_directory_resumes(run_copy, toy_corpus, tmp_path, capsys):
-    moved = tmp_path / "elsewhere" / "renamed"
-    moved.parent.mkdir()
-    shutil.move(run_copy, moved)
-    summary = train(toy_config(toy_corpus, moved, train_steps=25))
-    out = capsys.readouterr().out
-    assert re.search(r"resumed from .*renamed/checkpoints/ckpt-20\.weights\.h5 at step 20",
-                     out), out
-    assert (summary["start_step"], summary["step"]) == (20, 25)
-    assert Run(moved).config.output_dir == str(moved)
 
 
 def test_resume_refuses_a_different_architecture_by_name(run_copy, toy_corpus):
@@ -204,14 +202,21 @@ def test_cli_exit_status_user_errors_2_internal_errors_1(tmp_path, monkeypatch, 
 @pytest.mark.slow
 def test_a_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(
         toy_corpus, runtime_preset, tmp_path):
-    # Without dropout, training is a function of the batches: stopping at the step-6
-    # checkpoint and resuming must end with the weights of a run that never stopped. Small
+    # Without dropout, training is a function of the batches: a run killed after its step-6
+    # checkpoint and resumed must end with the weights of a run that never stopped. Small
     # shards (several groups and epochs in 12 steps) and gradient accumulation make the data
     # position more than the step.
     settings = dict(dropout=0.0, shard_pairs=60, grad_accum_steps=2, tokens_per_batch=128,
                     train_steps=12, checkpoint_steps=6, eval_steps=12)
     train(toy_config(toy_corpus, tmp_path / "whole", **settings))
-    train(toy_config(toy_corpus, tmp_path / "pieces", **{**settings, "train_steps": 6}))
+    # The killed run: the uninterrupted run's files as they were between steps 6 and 12 (its
+    # step-6 checkpoint; no later checkpoint, final model or best model yet).
+    shutil.copytree(tmp_path / "whole", tmp_path / "pieces")
+    later = [*(tmp_path / "pieces" / "checkpoints").glob("ckpt-12.*"),
+             *(tmp_path / "pieces" / name for name in ("model.keras", "best.keras", "best.json"))]
+    assert len(later) == 5, later
+    for path in later:
+        path.unlink()
     summary = train(toy_config(toy_corpus, tmp_path / "pieces", **settings))
     assert summary["start_step"] == 6
     pieces = Run(tmp_path / "pieces")
