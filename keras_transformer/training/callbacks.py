@@ -191,7 +191,8 @@ class Validation(keras.callbacks.Callback):
             # (reduce_retracing alone traces twice: the first shape, then a general one).
             spec = getattr(self.dataset, "element_spec", None)
             signature = None if spec is None else [tf.nest.map_structure(
-                lambda s: tf.TensorSpec([None] * s.shape.rank, s.dtype), part) for part in spec]
+                lambda s: tf.TensorSpec(None if s.shape.rank is None else [None] * s.shape.rank,
+                                      s.dtype), part) for part in spec]
 
             @tf.function(input_signature=signature, reduce_retracing=True)
             def step(inputs, labels):
