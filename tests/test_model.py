@@ -130,7 +130,8 @@ def test_tiny_model_overfits_a_few_pairs_with_fit():
         optimizer=keras.optimizers.Adam(3e-3),
         loss=LabelSmoothedCrossEntropy(label_smoothing=0.0),
     )
-    history = model.fit((src, decoder_in), labels, batch_size=5, epochs=150, verbose=0)
+    # The loss falls under 0.05 at about epoch 45 (0.02 at 70).
+    history = model.fit((src, decoder_in), labels, batch_size=5, epochs=70, verbose=0)
     assert history.history["loss"][0] > 2.5
     assert history.history["loss"][-1] < 0.05
     predictions = np.argmax(model.predict((src, decoder_in), verbose=0), axis=-1)

@@ -1,7 +1,8 @@
 """Preemption and one writer per run, with real processes and signals: SIGTERM at a random step
 checkpoints that step and the resumed run has the per-step losses of an uninterrupted one; a
 second `train` on a run that is being trained is refused naming the holder; a SIGKILLed
-holder leaves no lock behind."""
+holder leaves no lock behind. The process that gets the signal and the lock holders are child
+processes; the other commands run in this one (`cli.main`)."""
 
 import json
 import os
@@ -15,9 +16,9 @@ import sys
 
 import pytest
 
-from tests.training_helpers import run, train_command, wait_for, write_corpus
+from tests.training_helpers import train_command, wait_for, write_corpus
 
-STEPS = 12
+STEPS = 8
 # One optimizer step per Keras epoch (eval_steps 1), so that `--verbose 2` prints each step's
 # training loss (Keras' line per epoch) and its dev loss; two accumulated batches a step, so
 # that the signal must wait for the step's second batch.
@@ -47,11 +48,11 @@ def lock_holder(run_dir):
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_step_and_the_resumed_run_trains_as_an_uninterrupted_one(
-        tmp_path):
+        tmp_path, capsys):
+    from keras_transformer import cli
+
     corpus = write_corpus(tmp_path / "corpus")
     whole_dir, pieces_dir = tmp_path / "whole", tmp_path / "pieces"
-    whole = subprocess.Popen(train_command(corpus, whole_dir, *SETTINGS),
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     command = train_command(corpus, pieces_dir, *SETTINGS)
     out, err = tmp_path / "pieces.out", tmp_path / "pieces.err"
     with out.open("w") as stdout, err.open("w") as stderr:
@@ -60,9 +61,9 @@ def test_sigterm_checkpoints_the_step_and_the_resumed_run_trains_as_an_uninterru
 
     # One writer per run: a second `train` into the run being trained is refused at once.
     wait_for(lambda: lock_holder(pieces_dir).get("pid") == pieces.pid, pieces)
-    second = run(command)
-    assert second.returncode == 2, second.stderr[-2000:]
-    refusal = second.stderr.strip().splitlines()[-1]
+    capsys.readouterr()
+    assert cli.main(command[3:]) == 2
+    refusal = capsys.readouterr().err.strip().splitlines()[-1]
     assert re.fullmatch(
         rf"keras-transformer train: error: cannot start training: {pieces_dir} is in use by "
         rf"pid {pieces.pid} on host {re.escape(socket.gethostname())} since "
@@ -99,14 +100,16 @@ def test_sigterm_checkpoints_the_step_and_the_resumed_run_trains_as_an_uninterru
     assert lock_holder(pieces_dir)["pid"] == holder.pid
     holder.send_signal(signal.SIGKILL)
     holder.wait()
-    resumed = run(command)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert f"at step {step}, training batch {2 * step}" in resumed.stdout
-    assert re.search(rf"training done: step {step} -> {STEPS} ", resumed.stdout)
+    capsys.readouterr()
+    assert cli.main(command[3:]) == 0
+    resumed = capsys.readouterr().out
+    assert f"at step {step}, training batch {2 * step}" in resumed
+    assert re.search(rf"training done: step {step} -> {STEPS} ", resumed)
 
-    (train, dev) = step_losses(whole.communicate(timeout=300)[0])
-    assert whole.returncode == 0
-    (resumed_train, resumed_dev) = step_losses(out.read_text(), resumed.stdout)
+    # The run left alone, from start to end.
+    assert cli.main(train_command(corpus, whole_dir, *SETTINGS)[3:]) == 0
+    (train, dev) = step_losses(capsys.readouterr().out)
+    (resumed_train, resumed_dev) = step_losses(out.read_text(), resumed)
     # The same batches, the same weights: the same losses, step by step.
     assert sorted(train) == sorted(resumed_train) == list(range(1, STEPS + 1))
     assert resumed_train == train

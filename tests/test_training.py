@@ -1,12 +1,10 @@
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import keras
 import numpy as np
@@ -18,7 +16,7 @@ from keras_transformer.runs import Run
 from keras_transformer.runs.config import make_config
 from keras_transformer.runs.run import average_checkpoints, checkpoint_step, list_checkpoints
 from keras_transformer.training import NanGuard, TrainingError, compile_model
-from tests.training_helpers import run, train_command, write_corpus
+from tests.training_helpers import kill_once_exists, run, train_command
 
 
 def test_invalid_config_keys_and_values_are_named(tmp_path):
@@ -42,19 +40,23 @@ def test_invalid_config_keys_and_values_are_named(tmp_path):
     assert (config.preset, config.train_steps, config.xla) == ("tiny", 9, True)
 
 
-@pytest.mark.slow
-def test_cli_rejects_bad_config_with_exit_code_2(tmp_path):
+def test_cli_rejects_bad_config_with_exit_code_2(tmp_path, capsys):
+    # In this process: the real command's exit status 2 is checked in child processes by
+    # tests/test_translate.py, tests/test_ctranslate2.py and tests/test_preemption.py.
+    from keras_transformer import cli
+
     bad = tmp_path / "bad.yaml"
     bad.write_text("warmup: 10\n")
-    result = run([sys.executable, "-m", "keras_transformer.cli", "train", "--config", str(bad)])
-    assert result.returncode == 2
-    assert "unknown config key 'warmup'" in result.stderr
+    assert cli.main(["train", "--config", str(bad)]) == 2
+    assert "unknown config key 'warmup'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_nan_loss_stops_training_with_a_clear_message():
     model = Transformer.from_preset("tiny", vocab_size=20)
-    model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_mean(p) * np.nan)
+    # Eagerly: the guard sees the same loss as in a traced step, without the tracing.
+    model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_mean(p) * np.nan,
+                  run_eagerly=True)
     x = (np.ones((4, 3), "int32"), np.ones((4, 3), "int32"))
     with pytest.raises(TrainingError, match="Loss became nan at step 1"):
         model.fit(x, np.ones((4, 3), "int32"), epochs=1, verbose=0,
@@ -94,6 +96,7 @@ def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path, precisio
     try:
         model = build_model(config, 40)
         optimizer, _ = compile_model(model, config)
+        model.run_eagerly = True  # the same variables and updates as a traced step, untraced
         ids = np.random.default_rng(0).integers(3, 40, (4, 6)).astype("int32")
         model.fit((ids, ids), ids, epochs=2, verbose=0)
         checkpoints = Run(tmp_path)
@@ -118,27 +121,27 @@ def latest_step(run_dir):
 
 
 @pytest.mark.slow
-def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
-    corpus = write_corpus(tmp_path / "corpus")
-    run_dir = tmp_path / "run"
-    command = train_command(corpus, run_dir, "--train-steps", "60", "--checkpoint-steps", "10",
-                            "--eval-steps", "30")
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while latest_step(run_dir) < 20 and time.time() < deadline and process.poll() is None:
-        time.sleep(0.2)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    killed_at = latest_step(run_dir)
-    assert 20 <= killed_at < 60
+def test_killed_run_resumes_from_its_last_checkpoint(toy_corpus, tmp_path, capsys):
+    from keras_transformer import cli
 
-    result = run(command)
-    assert result.returncode == 0, result.stderr[-2000:]
-    resumed = re.search(r"resumed from .*ckpt-(\d+)\.weights\.h5 at step (\d+)", result.stdout)
+    run_dir = tmp_path / "run"
+    command = train_command(toy_corpus, run_dir, "--train-steps", "30", "--checkpoint-steps",
+                            "10", "--eval-steps", "30")
+    # A child process, SIGKILLed as soon as its checkpoint of step 20 is complete (its JSON
+    # is written last).
+    error = kill_once_exists(command, run_dir / "checkpoints" / "ckpt-20.json")
+    killed_at = latest_step(run_dir)
+    assert 20 <= killed_at < 30, error[-2000:]
+
+    # The same command again, in this process.
+    capsys.readouterr()
+    assert cli.main(command[3:]) == 0
+    out = capsys.readouterr().out
+    resumed = re.search(r"resumed from .*ckpt-(\d+)\.weights\.h5 at step (\d+)", out)
     assert resumed and int(resumed.group(1)) == int(resumed.group(2)) == killed_at
-    assert f"training batch {killed_at}" in result.stdout  # the saved data position
-    assert re.search(rf"training done: step {killed_at} -> 60 ", result.stdout)
-    assert latest_step(run_dir) == 60
+    assert f"training batch {killed_at}" in out  # the saved data position
+    assert re.search(rf"training done: step {killed_at} -> 30 ", out)
+    assert latest_step(run_dir) == 30
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""
@@ -225,11 +228,10 @@ def free_port():
 
 
 @pytest.mark.slow
-def test_multiworker_training_on_localhost_keeps_workers_identical(tmp_path):
-    corpus = write_corpus(tmp_path / "corpus")
+def test_multiworker_training_on_localhost_keeps_workers_identical(toy_corpus, tmp_path):
     run_dir = tmp_path / "run"
     workers = [f"localhost:{free_port()}" for _ in range(2)]
-    command = train_command(corpus, run_dir, "--strategy", "multiworker", "--train-steps", "6",
+    command = train_command(toy_corpus, run_dir, "--strategy", "multiworker", "--train-steps", "6",
                             "--checkpoint-steps", "3", "--eval-steps", "3", "--shard-pairs", "100")
     processes = []
     for index in range(2):
@@ -268,17 +270,22 @@ def model_weights(path):
     return weights
 
 
+# Two runs in this process (`train` restores the process's dtype policy): gradient
+# accumulation and dev BLEU ride on the mixed_bfloat16 run (float32 accumulation is
+# tests/test_preemption.py's).
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [["--grad-accum-steps", "2", "--bleu-steps", "3",
-                                      "--bleu-sentences", "10"],
-                                     ["--precision", "mixed_bfloat16"],
+@pytest.mark.parametrize("options", [["--precision", "mixed_bfloat16", "--grad-accum-steps",
+                                      "2", "--bleu-steps", "3", "--bleu-sentences", "10"],
                                      ["--precision", "mixed_float16"]])
-def test_training_options_reach_the_requested_steps(tmp_path, options):
-    corpus = write_corpus(tmp_path / "corpus")
-    result = run(train_command(corpus, tmp_path / "run", "--train-steps", "6", "--eval-steps",
-                               "3", *options))
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert re.search(r"training done: step 0 -> 6 .*reached train_steps=6", result.stdout)
-    assert "pairs longer than max_length=32 are dropped" in result.stdout
+def test_training_options_reach_the_requested_steps(toy_corpus, tmp_path, capsys, options):
+    from keras_transformer import cli
+
+    command = train_command(toy_corpus, tmp_path / "run", "--train-steps", "6", "--eval-steps",
+                            "3", *options)
+    assert cli.main(command[3:]) == 0
+    assert keras.mixed_precision.global_policy().name == "float32"
+    out = capsys.readouterr().out
+    assert re.search(r"training done: step 0 -> 6 .*reached train_steps=6", out)
+    assert "pairs longer than max_length=32 are dropped" in out
     if "--bleu-steps" in options:
-        assert re.search(r"step 6: dev BLEU \(greedy, 10 sentences\) \d+\.\d\d", result.stdout)
+        assert re.search(r"step 6: dev BLEU \(greedy, 10 sentences\) \d+\.\d\d", out)
