@@ -1,5 +1,6 @@
 """Decoding in bfloat16 (decoding/precision.py): the same output as float32 on most sentences,
-weights cast once, float32 where the CPU has no bf16 units, and the command's --precision."""
+weights cast once, float32 where the CPU has no bf16 units, and the command's --precision.
+`make test-fast` keeps greedy's agreement, the casts and the choice of precision."""
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def _best_ids(translator, sentences):
     return [tuple(row[row != 0]) for row in ids]
 
 
-@pytest.mark.parametrize("beam_size", [1, 4])
+@pytest.mark.parametrize("beam_size", [1, pytest.param(4, marks=pytest.mark.slow)])
 def test_a_bf16_search_returns_the_float32_ids_on_most_sentences(trained, beam_size):
     sentences = trained[2]
     float32 = _best_ids(_translator(trained, "float32", beam_size), sentences)
@@ -155,6 +156,7 @@ def test_auto_is_bf16_on_the_bf16_classes_only(monkeypatch, trained):
     assert _translator(trained, "auto", 1).precision == "bfloat16"
 
 
+@pytest.mark.slow  # two more searches traced; the cast itself is checked in the fast tests
 def test_an_ensemble_is_cast_member_by_member(trained):
     model, vocabulary, sentences = trained
     ensemble = Ensemble([model, model])
@@ -167,6 +169,7 @@ def test_an_ensemble_is_cast_member_by_member(trained):
     assert translator.translate(sentences[:8]) == alone.translate(sentences[:8])
 
 
+@pytest.mark.slow  # the whole command, twice
 def test_the_command_says_its_precision_and_float32_restores_todays_output(run_copy, tmp_path,
                                                                           capsys):
     from keras_transformer import cli
