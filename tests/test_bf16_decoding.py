@@ -115,6 +115,7 @@ def test_the_weights_are_cast_once_when_the_translator_is_built(trained):
         assert _variable_casts(translator._search) == 0
 
 
+@pytest.mark.slow  # a second model, translated three times
 def test_a_model_being_trained_is_copied_again_after_its_optimizer_steps(trained):
     import keras
 

@@ -87,6 +87,7 @@ def test_samples_are_listed_per_line_and_repeat_with_the_seed(tiny_run, tmp_path
     assert len(single.read_text(encoding="utf-8").split("\n")[:-1]) == 3  # plain lines
 
 
+@pytest.mark.slow  # the score command (fast with alignments: test_alignment_commands.py)
 def test_score_prints_log_probability_tokens_and_mean(tiny_run, tmp_path, capsys):
     from keras_transformer.runs import Run
 

@@ -54,6 +54,7 @@ def test_the_cached_ensemble_search_matches_recomputing_every_prefix(members):
     np.testing.assert_allclose(cached[1], uncached[1], atol=1e-4)
 
 
+@pytest.mark.slow  # two beam searches traced
 def test_an_ensemble_of_one_model_decodes_as_that_model(members):
     src = sources(seed=5)
     alone, ensemble = members[0], Ensemble(members[:1])

@@ -64,6 +64,7 @@ def hypotheses(ids):
     return out
 
 
+@pytest.mark.slow  # traces the beam search in a graph
 def test_beam_size_1_equals_greedy(model, greedy):
     # With alpha = 0 beam search of width 1 must make greedy's choices; with alpha > 0 it may
     # legitimately keep going to find a longer, better-normalized hypothesis.
