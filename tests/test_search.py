@@ -94,12 +94,11 @@ def test_cached_and_uncached_decoding_agree(model, greedy, beam, beam_size):
 @pytest.mark.slow
 def test_a_batch_decodes_like_its_sentences_one_by_one(beam):
     src = sources(seed=2, rows=4, width=9)
-    search = beam
-    batch = search(src)
+    batch = beam(src)
     for row in range(len(src)):
         alone = src[row: row + 1]
         alone = alone[:, : int(np.count_nonzero(alone))]  # no padding at all
-        single = search(alone)
+        single = beam(alone)
         assert hypotheses(single["ids"][:, 0]) == hypotheses(batch["ids"][row: row + 1, 0])
         np.testing.assert_allclose(single["scores"][0], batch["scores"][row], atol=1e-4)
 

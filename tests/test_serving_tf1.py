@@ -79,17 +79,12 @@ def served(exports):
     return served
 
 
-@pytest.fixture(scope="module")
-def translators(toy_translators):
-    return toy_translators  # (beam 4 and 2; shared with test_serving.py)
-
-
 def _best(hypotheses):
     return [h[0][0] for h in hypotheses], [h[0][1] for h in hypotheses]
 
 
 @pytest.mark.slow
-def test_a_request_of_sentences_only_gets_the_signature_defaults(served, translators):
+def test_a_request_of_sentences_only_gets_the_signature_defaults(served, toy_translators):
     signatures = served["signatures"]
     # The defaults TF Serving applies are the export's search settings (beam 4, alpha 0.6).
     assert signatures["serving_default"]["defaults"] == {
@@ -100,27 +95,27 @@ def test_a_request_of_sentences_only_gets_the_signature_defaults(served, transla
     assert signatures["serving_default"]["inputs"]["sentences"].endswith(":0")
 
     answer = served["answers"][0]
-    texts, scores = _best(translators[4].translate(SENTENCES, nbest=True))
+    texts, scores = _best(toy_translators[4].translate(SENTENCES, nbest=True))
     assert answer["translations"] == texts
     np.testing.assert_allclose(answer["scores"], scores, atol=1e-4)
     assert answer["translations"][-1] == "" and answer["scores"][-1] == 0.0
     # beam_size given in the request replaces the default.
-    texts, scores = _best(translators[2].translate(SENTENCES, nbest=True))
+    texts, scores = _best(toy_translators[2].translate(SENTENCES, nbest=True))
     assert served["answers"][4]["translations"] == texts
     np.testing.assert_allclose(served["answers"][4]["scores"], scores, atol=1e-4)
 
 
 @pytest.mark.slow
-def test_prefixes_and_nbest_through_the_defaults_equal_the_translators(served, translators):
+def test_prefixes_and_nbest_through_the_defaults_equal_the_translators(served, toy_translators):
     answers = served["answers"]
-    with_prefix = translators[4].translate(SENTENCES, nbest=True, prefixes=PREFIXES)
+    with_prefix = toy_translators[4].translate(SENTENCES, nbest=True, prefixes=PREFIXES)
     texts, scores = _best(with_prefix)
     assert answers[1]["translations"] == texts
     np.testing.assert_allclose(answers[1]["scores"], scores, atol=1e-4)
     for text, prefix in zip(answers[1]["translations"], PREFIXES):
         assert text.startswith(prefix)
     # num_hypotheses defaults to the beam: the whole beam, best first.
-    for answer, expected in ((answers[2], translators[4].translate(SENTENCES, nbest=True)),
+    for answer, expected in ((answers[2], toy_translators[4].translate(SENTENCES, nbest=True)),
                              (answers[3], with_prefix)):
         assert np.shape(answer["translations"]) == (len(SENTENCES), 4)
         assert answer["translations"][:3] == [[t for t, _ in h] for h in expected[:3]]
