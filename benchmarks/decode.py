@@ -25,7 +25,7 @@ read against `matmul_peak_gflops`, TensorFlow's best large square matmul measure
 run (`benchmarks/gemm.py` gives the rates of the search's own matmul shapes).
 
 --precision bfloat16 searches the model as `Translator(precision="bfloat16")` does: a copy with
-Keras' "bfloat16" policy, its weights cast once (`decoding.precision.cast_model`). --compare
+Keras' "bfloat16" policy, its weights cast once (`decoding.engines.precision.cast_model`). --compare
 times, in one process on the same weights, our search in float32 (the record's own keys), in
 bfloat16 (`bf16_*`, and `bf16_speedup`: float32 seconds over bf16 seconds) and CTranslate2 (its
 keys as with --engine ctranslate2, float32 unless --quantize; `bf16_ratio_vs_ctranslate2`:
@@ -48,9 +48,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from keras_transformer import Transformer  # noqa: E402
-from keras_transformer.decoding.beam_search import translate_beam  # noqa: E402
-from keras_transformer.decoding.precision import cast_model  # noqa: E402
-from keras_transformer.decoding.search import translate_greedy  # noqa: E402
+from keras_transformer.decoding.search.beam_search import translate_beam  # noqa: E402
+from keras_transformer.decoding.engines.precision import cast_model  # noqa: E402
+from keras_transformer.decoding.search.greedy import translate_greedy  # noqa: E402
 from pipelines.special_ids import EOS_ID  # noqa: E402
 
 

@@ -61,15 +61,13 @@ def multi30k_text(split, lang):
 
 def scores(run_dir, split, output):
     """Decodes a Multi30k split with the run's saved choice; returns its scores."""
-    from keras_transformer.decoding.request import Request
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.evaluation.evaluate import evaluate_split
     from keras_transformer.runs import open_run
     from pipelines import datasets
 
-    run = open_run(run_dir)
-    request = Request.resolve({}, run=run)
-    translator = Translator.from_run(run, beam_size=request.beam_size, alpha=request.alpha)
+    decoder = Decoder.resolve(open_run(run_dir))
+    request, translator = decoder.request, decoder.engine()
     official = datasets.official_tokenized_references("multi30k", split, "de")
     result = evaluate_split(translator, multi30k_text(split, "en"), multi30k_text(split, "de"),
                             lang="de", official_references=official, output=output,
@@ -80,8 +78,8 @@ def scores(run_dir, split, output):
 
 def student_choice(student_dir):
     """The demo's choices for the distilled student, on Multi30k val: weights, then alpha."""
-    from keras_transformer.decoding.request import save_choice
-    from keras_transformer.defaults import TRANSLATION
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import DEFAULTS
     from keras_transformer.runs import Run
     from keras_transformer.tasks.tuning import VAL_SENTENCES, choose_alpha, choose_weights
 
@@ -91,10 +89,10 @@ def student_choice(student_dir):
     model, weights, by_weights = choose_weights(run, sources, references)
     run.save_model(model, averaged=True)
     alpha, by_alpha = choose_alpha(model, run.vocabulary(), run.config.max_length, sources,
-                                   references, TRANSLATION.beam_size)
-    save_choice(run, beam_size=TRANSLATION.beam_size, alpha=alpha, weights=weights,
-                model=run.averaged_path.name,
-                chosen_by=f"benchmarks/distillation.py on val (first {VAL_SENTENCES} sentences)")
+                                   references, DEFAULTS["beam_size"])
+    Decoder.save_choice(run, beam_size=DEFAULTS["beam_size"], alpha=alpha, weights=weights,
+                        model=run.averaged_path.name,
+                        chosen_by=f"benchmarks/distillation.py on val (first {VAL_SENTENCES} sentences)")
     return {"weights": weights, "val_greedy_sacrebleu": by_weights, "alpha": alpha,
             "val_beam_sacrebleu_by_alpha": {str(a): v for a, v in by_alpha.items()}}
 

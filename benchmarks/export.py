@@ -33,7 +33,7 @@ import tensorflow as tf  # noqa: E402
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402  (tf.lite's is deprecated)
 
 from keras_transformer import export  # noqa: E402
-from keras_transformer.decoding.translate import Translator  # noqa: E402
+from keras_transformer.decoding.engines.translator import Translator  # noqa: E402
 from pipelines.sources import default_multi30k_dir  # noqa: E402
 
 
@@ -118,8 +118,9 @@ def _one_at_a_time(record, key, rows, reference_ids, texts, bleu, best_ids):
 
 
 def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
-    from keras_transformer.decoding.search import compiled_greedy_search
-    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
+    from keras_transformer.decoding.search.greedy import compiled_greedy_search
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import Request
     from keras_transformer.runs import Run
     from pipelines.special_ids import EOS_ID
 
@@ -128,7 +129,8 @@ def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
         path = export.export_run(run_dir, format="ctranslate2", quantize=quantize,
                                  output_dir=tmp, name="model")
         record[key + "_mb"] = _size_mb(path)
-        translator = CTranslate2Translator(path, beam_size=4, alpha=0.6)
+        translator = Decoder(Request(engine="ctranslate2", ctranslate2_model=str(path),
+                                     beam_size=4, alpha=0.6)).engine()
         processor = translator.processor
         pieces = [[processor.id_to_piece(int(i)) for i in row[:-1]] for row in rows]
         translator.translate_pieces(pieces[:5])  # warm-up

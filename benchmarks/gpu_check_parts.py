@@ -149,8 +149,8 @@ def part_c(args):
     """The full recipe and SWEEP, chosen on val; the best one's test2016 decoded once."""
     import keras
 
-    from keras_transformer.decoding.translate import Translator
-    from keras_transformer.defaults import TRANSLATION
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import DEFAULTS, Request
     from keras_transformer.evaluation.evaluate import evaluate_split
     from keras_transformer.runs import Run, make_config
     from keras_transformer.tasks import main_job
@@ -204,11 +204,11 @@ def part_c(args):
     name, model, val, run, changes = best
     tokenizer = run.vocabulary()
     config = run.config
-    beam = TRANSLATION.beam_size
+    beam = DEFAULTS["beam_size"]
     alpha, by_alpha = choose_alpha(model, tokenizer, config.max_length, val_sources,
                                    val_references, beam)
-    translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
-                            max_input_length=config.max_length)
+    translator = Decoder(Request(beam_size=beam, alpha=alpha)).engine(model, tokenizer,
+                                                                     config.max_length)
     sources, references = datasets.split_texts("multi30k", "test", **where)
     official = datasets.official_tokenized_references("multi30k", "test", config.tgt_lang,
                                                       settings["source_dir"])

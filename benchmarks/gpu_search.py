@@ -19,8 +19,8 @@ BEAM_SIZE = 4  # the paper's beam for translation (Section 6.1)
 def import_searches():
     """(greedy, beam) factories, or the reason they cannot run under this backend."""
     try:
-        from keras_transformer.decoding.beam_search import compiled_beam_search
-        from keras_transformer.decoding.search import compiled_greedy_search
+        from keras_transformer.decoding.search.beam_search import compiled_beam_search
+        from keras_transformer.decoding.search.greedy import compiled_greedy_search
     except Exception as error:
         return None, f"search: {type(error).__name__}: {error}"
     return (compiled_greedy_search, compiled_beam_search), None

@@ -86,7 +86,8 @@ def gflop_per_step(model, source_tokens, target_tokens):
 
 
 def run_setting(name, steps, output):
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import Request
     from keras_transformer.evaluation.bleu import score
     from keras_transformer.runs import Run, make_config
     from keras_transformer.training.trainer import train
@@ -106,8 +107,7 @@ def run_setting(name, steps, output):
     sources, references = sources[:VAL_SENTENCES], references[:VAL_SENTENCES]
 
     def val_bleu(model):
-        translator = Translator(model, run.vocabulary(), beam_size=1,
-                                max_input_length=run.config.max_length)
+        translator = Decoder(Request(beam_size=1), run).engine(model)
         return round(score(translator.translate(sources), references)["sacrebleu"], 2)
 
     model = run.load_model(prefer_averaged=False)

@@ -168,9 +168,11 @@ def engine_answer(engine, paths):
                     [float(s) for s in result["scores"]])
 
         return answer
-    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import Request
 
-    translator = CTranslate2Translator(paths["ctranslate2"])
+    translator = Decoder(Request(engine="ctranslate2",
+                                 ctranslate2_model=str(paths["ctranslate2"]))).engine()
     return lambda sentences: (translator.translate(sentences), None)
 
 

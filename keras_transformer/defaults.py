@@ -4,7 +4,6 @@ The command line, the `Translator`, the exports and the main job read these inst
 the numbers again. Each value is the paper's unless its comment says otherwise.
 """
 
-import dataclasses
 import os
 import pathlib
 import re
@@ -46,24 +45,6 @@ def ctranslate2_folder(run_dir, quantize="none", output_dir=EXPORT_DIR, name=Non
     return export_base(run_dir, output_dir, name) / dirname
 
 
-@dataclasses.dataclass(frozen=True)
-class SearchSettings:
-    """How a task decodes.
 
-    Attributes:
-        beam_size: hypotheses kept per sentence (1 = greedy search).
-        alpha: GNMT length penalty exponent.
-        extra_length: maximum output length = input length + extra_length.
-        batch_size: sentences per search call (ours: a CPU-friendly size).
-    """
-
-    beam_size: int
-    alpha: float
-    extra_length: int
-    batch_size: int
-
-
-# Translation (paper Section 6.1): beam 4, alpha 0.6, input + 50.
-TRANSLATION = SearchSettings(beam_size=4, alpha=0.6, extra_length=50, batch_size=64)
-# Constituency parsing (paper Section 6.3): beam 21, alpha 0.3, input + 300.
-PARSING = SearchSettings(beam_size=21, alpha=0.3, extra_length=300, batch_size=16)
+# The searches' defaults (translation's and parsing's) are the decoding options' declaration:
+# keras_transformer/decoding/request.py.

@@ -183,7 +183,7 @@ def toy_translators(tiny_run):
     """In-process translators of `tiny_run` by beam size (alpha 0.6, float32: as the exports
     search), each made on first use, so that the serving tests share their compiled
     searches."""
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.engines.translator import Translator
 
     class Translators(dict):
         def __missing__(self, beam_size):

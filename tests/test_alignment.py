@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
-from keras_transformer.decoding import alignment
-from keras_transformer.decoding.alignment import (
+from keras_transformer.decoding.search import alignment
+from keras_transformer.decoding.search.alignment import (
     align_ids, align_texts, alignment_error_rate, cross_attention, ctranslate2_pharaoh,
     format_pharaoh, parse_pharaoh, pharaoh_graph, pharaoh_lines, read_pharaoh,
     starts_word_table, word_links)
@@ -235,7 +235,7 @@ def digit_model(digit_run):
 @pytest.fixture(scope="module")
 def digit_greedy(digit_model):
     """The greedy Translator of the digit model (its search compiled once)."""
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.engines.translator import Translator
 
     _, model, vocabulary = digit_model
     return Translator(model, vocabulary, beam_size=1, precision="float32")
@@ -276,7 +276,7 @@ def test_digit_alignments_are_the_diagonal(digit_run, digit_model, digit_greedy,
 
     # CTranslate2, exported with the same layer and heads, links the same words.
     pytest.importorskip("ctranslate2")
-    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
+    from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 
     theirs = CTranslate2Translator(request.getfixturevalue("digit_ct2"), beam_size=1)
     pieces = theirs.encode(sources)
@@ -307,7 +307,7 @@ def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(
     import subprocess
     import sys
 
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.engines.translator import Translator
     from keras_transformer.export import export_saved_model
     from tests.test_serving import FRESH_PROCESS
 
@@ -360,7 +360,7 @@ def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(
 
     # CTranslate2 (its greedy search, our rule on its attention): within the tolerance.
     pytest.importorskip("ctranslate2")
-    from keras_transformer.decoding.ctranslate2 import CTranslate2Translator
+    from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 
     folder = request.getfixturevalue("digit_ct2")
     theirs = CTranslate2Translator(folder, beam_size=1).translate(sources, alignments=True)

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from keras_transformer import cli
-from keras_transformer.decoding.alignment import parse_pharaoh
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.search.alignment import parse_pharaoh
+from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.export import ExportError, export_run
 
 LINES = ["the dog runs in the park", "", "a big red cat", "green   water ", "a"]

@@ -1,4 +1,4 @@
-"""Decoding in bfloat16 (decoding/precision.py): the same output as float32 on most sentences,
+"""Decoding in bfloat16 (decoding/engines/precision.py): the same output as float32 on most sentences,
 weights cast once, float32 where the CPU has no bf16 units, and the command's --precision.
 `make test-fast` keeps greedy's agreement, the casts and the choice of precision."""
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer, hardware
-from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.precision import cast_model, resolve_precision
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.search.beam_search import compiled_beam_search
+from keras_transformer.decoding.engines.precision import cast_model, resolve_precision
+from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
 from keras_transformer.models import Ensemble
 from keras_transformer.runs import Run

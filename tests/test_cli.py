@@ -9,8 +9,10 @@ import sys
 import pytest
 
 from keras_transformer.cli import build_parser, shows_native_logs
-from keras_transformer.decoding.request import Request
-from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
+from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.decoding.engines.precision import resolve_precision
+from keras_transformer.decoding.request import DEFAULTS
+from keras_transformer.defaults import EXPORT_DIR
 from keras_transformer.runs import Run
 
 
@@ -75,39 +77,44 @@ class FakeRun(Run):
 
 
 def choice(run, **given):
-    """The request of a run for the values given on the command line."""
-    return Request.from_flags(build_parser().parse_args(
+    """The decoder of a run for the values given on the command line."""
+    return Decoder.from_flags(build_parser().parse_args(
         ["translate", "--run-dir", str(run.directory),
-         *[f"--{key}={value}" for key, value in given.items()]]), "translate").with_run(run)
+         *[f"--{key}={value}" for key, value in given.items()]]), "translate", run)
 
 
 def test_without_a_saved_choice_the_defaults_decode(tmp_path):
-    request = choice(FakeRun(tmp_path))
-    assert (request.model_file()[0], request.beam_size, request.alpha) == (
-        tmp_path / Run.AVERAGED, TRANSLATION.beam_size, TRANSLATION.alpha)
-    assert request.describe() == (
-        f"decoding with {Run.AVERAGED}: beam_size {TRANSLATION.beam_size}, alpha "
-        f"{TRANSLATION.alpha}, precision auto, batch_size {TRANSLATION.batch_size}, "
-        "engine tensorflow")
+    decoder = choice(FakeRun(tmp_path))
+    request = decoder.request
+    assert (decoder.model_file()[0], request.beam_size, request.alpha) == (
+        tmp_path / Run.AVERAGED, DEFAULTS["beam_size"], DEFAULTS["alpha"])
+    precision, reason = resolve_precision()  # said before anything is built
+    assert decoder.describe() == (
+        f"decoding with {Run.AVERAGED}: beam_size {DEFAULTS['beam_size']}, alpha "
+        f"{DEFAULTS['alpha']}, precision {precision}, batch_size {DEFAULTS['batch_size']}, "
+        f"engine tensorflow; {reason}")
 
 
 def test_the_saved_choice_decodes_and_flags_override_it(tmp_path):
     run = FakeRun(tmp_path, dict(model=Run.MODEL, weights="final weights", beam_size=5,
                                  alpha=1.0, chosen_by="the main job, on val"))
-    request = choice(run)
-    assert (request.model_file()[0], request.beam_size, request.alpha) == (run.model_path, 5,
+    decoder = choice(run)
+    request = decoder.request
+    assert (decoder.model_file()[0], request.beam_size, request.alpha) == (run.model_path, 5,
                                                                             1.0)
-    assert request.describe() == (
+    precision, reason = resolve_precision()
+    assert decoder.describe() == (
         f"decoding with {Run.MODEL} (final weights) [run]: beam_size 5 [run], alpha 1.0 [run], "
-        "precision auto, batch_size 64, engine tensorflow; run: chosen by the main job, on val "
-        "(a flag overrides it)")
-    request = choice(run, beam=2)
-    assert (request.beam_size, request.alpha) == (2, 1.0)
-    assert "beam_size 2 [flag], alpha 1.0 [run]," in request.describe()
+        f"precision {precision}, batch_size 64, engine tensorflow; run: chosen by the main job, "
+        f"on val (a flag overrides it); {reason}")
+    decoder = choice(run, beam=2)
+    assert (decoder.request.beam_size, decoder.request.alpha) == (2, 1.0)
+    assert "beam_size 2 [flag], alpha 1.0 [run]," in decoder.describe()
     other = tmp_path / "other.keras"
-    request = choice(run, model=other, alpha=0.0)
-    assert (request.model_file()[0], request.beam_size, request.alpha) == (other, 5, 0.0)
-    assert request.describe().startswith(f"decoding with {other} [flag]: beam_size 5 [run], "
+    decoder = choice(run, model=other, alpha=0.0)
+    request = decoder.request
+    assert (decoder.model_file()[0], request.beam_size, request.alpha) == (other, 5, 0.0)
+    assert decoder.describe().startswith(f"decoding with {other} [flag]: beam_size 5 [run], "
                                          "alpha 0.0 [flag],")
 
 
@@ -116,7 +123,7 @@ def test_a_saved_choice_out_of_range_is_refused_naming_the_file(tmp_path):
 
     run = FakeRun(tmp_path)
     run.decoding_path.write_text('{"format_version": 1, "alpha": 1.0}', encoding="utf-8")
-    assert choice(run).alpha == 1.0
+    assert choice(run).request.alpha == 1.0
     with pytest.raises(InputError, match="must be at least 1"):
         choice(run, beam=0)
 
@@ -137,7 +144,7 @@ def test_average_records_its_model_and_keeps_the_search(tmp_path, monkeypatch):
 
 
 def test_text_lines_policy(tmp_path):
-    from keras_transformer.decoding import textio
+    from keras_transformer.decoding.jobs import textio
     from keras_transformer.errors import InputError
 
     path = tmp_path / "in.txt"

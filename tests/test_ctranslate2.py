@@ -14,7 +14,7 @@ pytest.importorskip("ctranslate2")
 
 from keras_transformer import Transformer, cli  # noqa: E402
 from keras_transformer.export import ExportError, export_run  # noqa: E402
-from keras_transformer.decoding.ctranslate2 import CTranslate2Translator  # noqa: E402
+from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator  # noqa: E402
 from keras_transformer.export.ct2 import build_spec, export_ctranslate2  # noqa: E402
 from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
@@ -132,7 +132,7 @@ def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
 
 @pytest.mark.slow
 def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, capsys):
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.engines.translator import Translator
     from keras_transformer.errors import InputError
 
     run = Run(tiny_run)

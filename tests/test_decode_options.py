@@ -114,7 +114,7 @@ def test_score_prints_log_probability_tokens_and_mean(tiny_run, tmp_path, capsys
 
 
 def test_an_engine_without_an_option_is_refused_by_name_in_one_place():
-    from keras_transformer.decoding.engine import Engine
+    from keras_transformer.decoding.engines.engine import Engine
     from keras_transformer.errors import InputError
 
     class OlderEngine(Engine):  # an engine from before prefixes, sampling and scoring
@@ -140,7 +140,7 @@ def test_an_option_added_to_the_request_reaches_the_flags_the_check_and_the_stde
     from keras_transformer.errors import InputError
     from keras_transformer.runs.settings import Range
 
-    @dataclasses.dataclass
+    @dataclasses.dataclass(frozen=True)
     class Extended(request.Request):
         length_ratio: float = request.option(
             1.5, "longest output as a multiple of the input's length", check=Range(low=0),

@@ -7,11 +7,11 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
-from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.sampling import RandomSampler, compiled_sample_search
-from keras_transformer.decoding.scoring import compiled_scorer
-from keras_transformer.decoding.search import compiled_greedy_search
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.search.beam_search import compiled_beam_search
+from keras_transformer.decoding.search.sampling import RandomSampler, compiled_sample_search
+from keras_transformer.decoding.search.scoring import compiled_scorer
+from keras_transformer.decoding.search.greedy import compiled_greedy_search
+from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID
 from tests.test_search import VOCAB, hypotheses, sources

@@ -142,7 +142,7 @@ def test_the_teachers_search_is_its_saved_choice_and_several_teachers_decode_as_
         teacher, tmp_path):
     import shutil
 
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.engines.translator import Translator
     from keras_transformer.runs import Run
     from keras_transformer.tasks.distill import AssembledEnsemble, TranslationJob
 

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer import Transformer
-from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.search import compiled_greedy_search
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.search.beam_search import compiled_beam_search
+from keras_transformer.decoding.search.greedy import compiled_greedy_search
+from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError, RunError
 from keras_transformer.models import Ensemble
 from keras_transformer.runs import EnsembleRun, Run, make_config, open_run

@@ -14,7 +14,7 @@ import pytest
 import sacrebleu
 
 from keras_transformer import export
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import RunError
 from keras_transformer.runs.run import TEMPORARY_PREFIX
 from tests.conftest import RUNTIME_CLI

@@ -87,3 +87,59 @@ def test_only_the_run_module_names_a_runs_files():
         if path == ROOT / "pipelines" / "vocabulary.py":  # the vocabulary names its own file
             named = [text for text in named if text != "spm.model"]
         assert not named, f"{path.relative_to(ROOT)} names {named}"
+
+
+# decoding/'s rooms, in the order they may import each other (`keras_transformer.decoding`).
+DECODING_FLOORS = {"request": 1, "search": 2, "engines": 3, "decoder": 4, "jobs": 5}
+DECODING = PACKAGE / "decoding"
+
+
+@pytest.mark.parametrize("path", [p for p in modules(DECODING) if p.name != "__init__.py"
+                                  or p.parent != DECODING],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_decodings_rooms_import_down_only(path):
+    room = path.relative_to(DECODING).parts[0].removesuffix(".py")
+    level = DECODING_FLOORS[room]
+    for name in imported(path):
+        parts = name.split(".")
+        if parts[:2] != ["keras_transformer", "decoding"] or len(parts) < 3:
+            continue
+        assert DECODING_FLOORS[parts[2]] <= level, f"decoding/{room} imports {name}"
+
+
+def calls(path):
+    """(function name, line) of every call in `path` (the last part of a dotted name; calls
+    into the ctranslate2 package itself left out: its own Translator is not our engine)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and getattr(func.value, "id", "") == "ctranslate2":
+                continue
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            yield name, node.lineno
+
+
+def test_engines_are_built_in_decoding_only_and_the_choice_has_one_writer():
+    engines = {"Translator", "CTranslate2Translator", "from_request"}
+    for path in modules(PACKAGE) + modules(ROOT / "benchmarks"):
+        inside = DECODING in path.parents
+        for name, line in calls(path):
+            if name in engines and not inside:
+                raise AssertionError(f"{path.relative_to(ROOT)}:{line} builds an engine "
+                                     f"({name}): go through decoding.decoder.Decoder")
+            if name == "save_decoding" and path not in (DECODING / "decoder.py",
+                                                        PACKAGE / "runs" / "ensemble.py"):
+                raise AssertionError(f"{path.relative_to(ROOT)}:{line} writes decoding.json: "
+                                     "go through Decoder.save_choice")
+
+
+def test_no_private_state_read_across_modules_and_no_argparse_internals():
+    for path in modules(PACKAGE):
+        text = path.read_text(encoding="utf-8")
+        assert "_actions" not in text, path
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                owner = getattr(node.value, "id", None)
+                assert owner in ("self", "cls"), \
+                    f"{path.relative_to(ROOT)}:{node.lineno} reads {owner}.__dict__"

@@ -39,7 +39,10 @@ def compare(recorded, outputs, exported=None):
         if np.issubdtype(expected.dtype, np.integer):
             np.testing.assert_array_equal(value, expected, err_msg=name)
         else:
-            np.testing.assert_allclose(value, expected, rtol=0, atol=1e-5, err_msg=name)
+            # Ids exactly; scores within float32 summation noise: oneDNN picks other kernels
+            # on other CPU classes (on the AMX class a sum of -64.8 differs by 1.5e-5, two
+            # units in its last place), so the bound is relative as well as absolute.
+            np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-5, err_msg=name)
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer
-from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.sampling import compiled_sample_search
-from keras_transformer.decoding.scoring import compiled_scorer
-from keras_transformer.decoding.search import compiled_greedy_search
+from keras_transformer.decoding.search.beam_search import compiled_beam_search
+from keras_transformer.decoding.search.sampling import compiled_sample_search
+from keras_transformer.decoding.search.scoring import compiled_scorer
+from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.models import Ensemble
 from pipelines.special_ids import BOS_ID, EOS_ID
 
@@ -40,10 +40,10 @@ import json, sys
 import numpy as np
 from keras_transformer import Transformer
 from keras_transformer.models import Ensemble
-from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.search import compiled_greedy_search
-from keras_transformer.decoding.sampling import compiled_sample_search
-from keras_transformer.decoding.scoring import compiled_scorer
+from keras_transformer.decoding.search.beam_search import compiled_beam_search
+from keras_transformer.decoding.search.greedy import compiled_greedy_search
+from keras_transformer.decoding.search.sampling import compiled_sample_search
+from keras_transformer.decoding.search.scoring import compiled_scorer
 
 folder = sys.argv[1]
 model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0)

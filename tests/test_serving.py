@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import export
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
 from keras_transformer.export.graph import MAX_ROWS
 from tests.training_helpers import run_python

@@ -24,7 +24,7 @@ def write_sentences(path, count, seed=3):
 
 
 def test_stream_lines_keeps_input_order_and_checks_alignment(tmp_path):
-    from keras_transformer.decoding.streaming import stream_lines
+    from keras_transformer.decoding.jobs.streaming import stream_lines
 
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_text("one\ntwo\nthree\nfour\nfive", encoding="utf-8")  # no final newline
@@ -47,7 +47,7 @@ def test_stream_lines_keeps_input_order_and_checks_alignment(tmp_path):
 
 
 def test_a_partial_output_is_continued_only_by_the_same_job(tmp_path):
-    from keras_transformer.decoding.resumable import ResumableOutput
+    from keras_transformer.decoding.jobs.resumable import ResumableOutput
 
     path = tmp_path / "out.txt"
     output = ResumableOutput(path, {"beam": 4})

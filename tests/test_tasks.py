@@ -1,6 +1,6 @@
 """The tasks on a tiny run: the main job's choice of weights on val, parsing's output repair."""
 
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.runs import Run
 from keras_transformer.tasks import main_job
 from keras_transformer.tasks.parsing import Parser

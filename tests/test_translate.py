@@ -7,7 +7,7 @@ import pytest
 from keras_transformer import Transformer
 from keras_transformer.evaluation.attention_maps import attention_weights, plot
 from keras_transformer.evaluation.bleu import score, split_compounds
-from keras_transformer.decoding.translate import Translator
+from keras_transformer.decoding.engines.translator import Translator
 from pipelines.tokenizer import train_tokenizer
 
 
@@ -146,7 +146,7 @@ def test_translate_with_xla_gives_the_same_translations(tiny_run, tmp_path):
 @pytest.mark.slow
 def test_translate_decodes_with_the_runs_saved_choice_and_says_so(run_copy, tmp_path, capsys):
     from keras_transformer import cli
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.engines.translator import Translator
     from keras_transformer.runs import Run
 
     source, output = tmp_path / "in.txt", tmp_path / "out.txt"

@@ -1,10 +1,10 @@
 """`translate`, `evaluate`, `attention` and `parse`: decoding with a trained run.
 
 Each command parses its flags (generated from the decoding request, `decoding.request`),
-builds the request (a flag, else the run's saved choice, else the default), calls one library
-function and writes. `translate` is the file-level job `decoding.streaming.translate_file`
-(windows, resumable output, prefixes, sampling, n-best); `parse` uses the paper's parsing
-search (`defaults.PARSING`).
+makes its decoder (`decoding.decoder.Decoder`: a flag, else the run's saved choice, else the
+default), calls one library function and writes. `translate` is the file-level job
+`decoding.jobs.streaming.translate_file` (windows, resumable output, prefixes, sampling,
+n-best); `parse` uses the paper's parsing search (`decoding.request.PARSING`).
 """
 
 import sys
@@ -14,20 +14,20 @@ from keras_transformer.decoding.request import ATTENTION, EVALUATE, PARSE, TRANS
 
 
 def engine_for(args, command):
-    """(engine, request) of a command's flags; what decodes is said on standard error."""
-    from keras_transformer.decoding.request import Request
+    """(engine, decoder) of a command's flags; what decodes is said on standard error."""
+    from keras_transformer.decoding.decoder import Decoder
 
-    request = Request.from_flags(args, command).with_run()
-    engine = request.build_engine()
-    print(request.describe(), file=sys.stderr)
-    return engine, request
+    decoder = Decoder.from_flags(args, command)
+    engine = decoder.engine()
+    print(decoder.describe(), file=sys.stderr)
+    return engine, decoder
 
 
 def translate(args):
-    from keras_transformer.decoding.request import Request
-    from keras_transformer.decoding.streaming import translate_file
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.jobs.streaming import translate_file
 
-    count = translate_file(Request.from_flags(args, TRANSLATE), args.input, args.output)
+    count = translate_file(Decoder.from_flags(args, TRANSLATE), args.input, args.output)
     if args.output:
         print(f"wrote {count} translations to {args.output}", file=sys.stderr)
 
@@ -36,7 +36,7 @@ def evaluate(args):
     import json
     import pathlib
 
-    from keras_transformer.decoding.textio import checked_lines, read_lines
+    from keras_transformer.decoding.jobs.textio import checked_lines, read_lines
     from keras_transformer.errors import InputError
     from keras_transformer.evaluation.evaluate import alignments_path, evaluate_split
     from pipelines import datasets
@@ -51,8 +51,8 @@ def evaluate(args):
             raise InputError(f"{args.src} has {count} lines but {args.ref} has "
                              f"{len(references)}.")
         sources = checked_lines(args.src)  # read again, a window at a time
-    engine, request = engine_for(args, EVALUATE)
-    config = request.run.config
+    engine, decoder = engine_for(args, EVALUATE)
+    request, config = decoder.request, decoder.run.config
     if args.src:
         name = pathlib.Path(args.src).name
     else:
@@ -61,7 +61,7 @@ def evaluate(args):
         name = f"{config.dataset} {args.split} {config.src_lang}-{config.tgt_lang}"
         official = datasets.official_tokenized_references(config.dataset, args.split,
                                                           config.tgt_lang, config.source_dir)
-    output = args.output or request.run.hypotheses_path(args.split, request.beam_size)
+    output = args.output or decoder.run.hypotheses_path(args.split, request.beam_size)
     aligned = alignments_path(output) if request.alignments else None
     result = evaluate_split(engine, sources, references, lang=config.tgt_lang,
                             official_references=official, output=output, alignments=aligned)
@@ -79,9 +79,9 @@ def attention(args):
     from keras_transformer.runs import open_single_run
 
     open_single_run(args.run_dir, "an attention picture")  # refuses an ensemble
-    engine, request = engine_for(args, ATTENTION)
+    engine, decoder = engine_for(args, ATTENTION)
     translation, paths = draw_sentence(
-        engine, request.run.tokenizer(), args.sentence, args.output_dir,
+        engine, decoder.run.tokenizer(), args.sentence, args.output_dir,
         kinds=KINDS if args.kind == "all" else (args.kind,), layer=args.layer, head=args.head)
     print("translation: " + translation)
     for path in paths:
@@ -91,28 +91,31 @@ def attention(args):
 def parse(args):
     import json
 
-    from keras_transformer.decoding import textio
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.jobs import textio
     from keras_transformer.tasks.parsing import Parser, evaluate_run
     from pipelines.progress import progress_bar
     from pipelines.treebank import to_string
 
-    options = dict(model_file=args.model, beam_size=args.beam_size, alpha=args.alpha,
-                   batch_size=args.batch_size)
+    decoder = Decoder.from_flags(args, PARSE)
+    print(decoder.describe(), file=sys.stderr)
+    request = decoder.request
     if args.evaluate:
         with progress_bar(unit=" sentences", desc=f"parsing {args.evaluate}") as bar:
-            scores, trees = evaluate_run(args.run_dir, args.evaluate, progress=bar, **options)
+            scores, trees = evaluate_run(decoder.run, args.evaluate, progress=bar,
+                                         parser=Parser(decoder.engine()))
         if args.output:
             textio.write_lines(args.output, [to_string(tree) for tree in trees])
         print(f"PTB sample {args.evaluate}: labeled precision {scores['precision']:.2f}, recall "
               f"{scores['recall']:.2f}, F1 {scores['f1']:.2f}, exact match "
               f"{scores['exact_match']:.2f} ({scores['sentences']} sentences; EVALB convention: "
               "punctuation and the root ignored)")
-        print(json.dumps({"split": args.evaluate, "beam": args.beam_size, "alpha": args.alpha,
-                          **scores}))
+        print(json.dumps({"split": args.evaluate, "beam": request.beam_size,
+                          "alpha": request.alpha, **scores}))
         return
     bad = textio.BadLines(args.input or "standard input")
     lines = [bad.decode(*line) for line in textio.raw_lines(args.input)]
-    parser = Parser.from_run(args.run_dir, **options)
+    parser = Parser(decoder.engine())
     trees = textio.run_on(lambda texts: parser.parse([" ".join(text.split()) for text in texts]),
                           lines, None)
     output = [to_string(tree) if line and line.strip() else ""
@@ -125,15 +128,15 @@ def parse(args):
 
 
 def register(commands):
-    from keras_transformer.defaults import PARSING, TRANSLATION
+    from keras_transformer.decoding.request import DEFAULTS, PARSING
 
     parser = commands.add_parser(
         "translate",
         help="translate text with a trained run (stdin to stdout, or files)",
         description="Translates one sentence per line with beam search: the model, beam and "
         "alpha chosen for the run (saved in RUN_DIR/decoding.json by the main job or "
-        f"`average`), else beam {TRANSLATION.beam_size}, alpha {TRANSLATION.alpha}; maximum "
-        f"length input + {TRANSLATION.extra_length}. Says on standard error which values it "
+        f"`average`), else beam {DEFAULTS['beam_size']}, alpha {DEFAULTS['alpha']}; maximum "
+        f"length input + {DEFAULTS['extra_length']}. Says on standard error which values it "
         "used and where each came from. Empty lines give empty lines; inputs longer than the "
         "run's max_length (subword tokens) are truncated with a warning. A killed run with "
         "--output goes on after the lines already done.",
@@ -184,15 +187,14 @@ def register(commands):
         help="constituency parsing with a run trained on --dataset ptb (sentences -> trees)",
         description="Parses one whitespace-tokenized sentence per line (PTB style: 'The dog "
         f"runs .') into a bracketed tree, with the paper's parsing search: beam "
-        f"{PARSING.beam_size}, alpha {PARSING.alpha} (the paper's; larger values give more "
+        f"{PARSING['beam_size']}, alpha {PARSING['alpha']} (the paper's; larger values give more "
         "brackets: pick it with --evaluate dev, e.g. 1.0-1.5 on the PTB sample), maximum "
-        f"output length input + {PARSING.extra_length}. Malformed model output is repaired "
+        f"output length input + {PARSING['extra_length']}. Malformed model output is repaired "
         "deterministically. --evaluate SPLIT parses the PTB sample's dev or test files instead "
         "and prints labeled bracketing precision, recall, F1 and exact match (EVALB convention).",
     )
     add_run_flags(parser)
-    add_flags(parser, PARSE, defaults=dict(beam_size=PARSING.beam_size, alpha=PARSING.alpha,
-                                           batch_size=PARSING.batch_size))
+    add_flags(parser, PARSE)
     add_io_flags(parser)
     parser.add_argument("--evaluate", choices=("dev", "test"),
                         help="score the PTB sample's dev or test split instead of reading input")

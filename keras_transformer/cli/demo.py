@@ -1,6 +1,7 @@
 """`demo`: the main job (tasks/main_job.py)."""
 
-from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
+from keras_transformer.decoding.request import DEFAULTS
+from keras_transformer.defaults import EXPORT_DIR
 
 
 def demo(args):
@@ -23,7 +24,7 @@ def register(commands):
         f"training on 2 cores of an AVX2 AMD EPYC; --full: {FULL['train_steps']} steps of the "
         "3-layer preset, for en-de an ensemble of three models), "
         "picks the final weights or an average of checkpoints and the length penalty on val, "
-        f"evaluates test2016 (--full: val too) with beam {TRANSLATION.beam_size} (sacreBLEU, "
+        f"evaluates test2016 (--full: val too) with beam {DEFAULTS['beam_size']} (sacreBLEU, "
         f"chrF and the Multi30k literature's BLEU), exports a SavedModel under {EXPORT_DIR}/, "
         "translates example sentences through it and prints a summary. Running it again on a "
         "finished run skips the training; on a killed one, resumes it.",

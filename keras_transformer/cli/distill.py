@@ -1,11 +1,14 @@
 """`keras-transformer distill`: sequence-level distillation (`tasks.distill`). The student's
 flags are `train`'s, generated from the settings' declarations, less those distillation
 decides (`tasks.distill.DECIDED`: the data and the languages); the teacher's search has its
-own few."""
+own few, generated from the decoding request's declaration (`decoding.request`, command
+distill)."""
+
+from keras_transformer.decoding.request import DISTILL
 
 
 def register(commands):
-    from keras_transformer.decoding.request import fields
+    from keras_transformer.cli.flags import add_flags
     from keras_transformer.runs.config import TrainConfig
 
     parser = commands.add_parser(
@@ -23,20 +26,10 @@ def register(commands):
     parser.add_argument("--teacher", nargs="+", required=True, metavar="RUN",
                         help="the teacher: a run directory or an ensemble's; several are decoded "
                         "as one ensemble")
-    search = parser.add_argument_group("the teacher's search", "declared by the decoding "
-                                       "request (decoding.request), checked as translate's")
-    options = fields()
-    for flag, name, default in (
-            ("--beam", "beam_size", "the teacher's saved choice, else {}; several teachers "
-             "given: {}"),
-            ("--alpha", "alpha", "the teacher's saved choice, else {}"),
-            ("--teacher-batch-size", "batch_size", "{}"),
-            ("--teacher-precision", "precision", "{}")):
-        meta = options[name]
-        search.add_argument(flag, type=type(meta["default"]),
-                            choices=meta["choices"], metavar=None if meta["choices"] else
-                            flag[2:].upper().replace("-", "_"), help=f"{meta['help']} (default: "
-                            f"{default.format(meta['default'], meta['default'])})")
+    add_flags(parser.add_argument_group(
+        "the teacher's search", "declared by the decoding request (decoding.request), checked "
+        "as translate's; the run's saved choice is the teacher's (several teachers given: the "
+        "defaults)"), DISTILL)
     parser.add_argument("--config", help="YAML or JSON file with the student's settings (as "
                         "for train; the data and languages are distillation's)")
     parser.add_argument("--continue-stopped", action="store_true",
@@ -44,20 +37,17 @@ def register(commands):
                         "--continue-stopped does")
     from keras_transformer.tasks.distill import DECIDED, STUDENT_PRESET
 
-    TrainConfig.add_flags(parser, skip=DECIDED)
     # The student's defaults that differ from train's, said in their flags' help.
-    defaults = {"preset": f"default {STUDENT_PRESET}", "vocab_size": "default: the teacher's",
-                "max_length": "default: the teacher's", "output_dir": "required"}
-    keys = TrainConfig.keys()
-    for action in parser._actions:
-        if action.dest in defaults:
-            action.help = f"{keys[action.dest][1].metadata['help']} ({defaults[action.dest]})"
+    TrainConfig.add_flags(parser, skip=DECIDED, default_texts={
+        "preset": f"default {STUDENT_PRESET}", "vocab_size": "default: the teacher's",
+        "max_length": "default: the teacher's", "output_dir": "required"})
     parser.set_defaults(run=_distill)
 
 
 def _distill(args):
     import json
 
+    from keras_transformer.decoding.request import given_flags
     from keras_transformer.errors import ConfigError
     from keras_transformer.runs.config import TrainConfig, make_config
     from keras_transformer.runs.settings import FLAG
@@ -68,7 +58,6 @@ def _distill(args):
     requested = make_config(args.config, origin=FLAG, **given)
     from keras_transformer.tasks.distill import distill
 
-    summary = distill(args.teacher, requested, beam_size=args.beam, alpha=args.alpha,
-                      batch_size=args.teacher_batch_size, precision=args.teacher_precision,
+    summary = distill(args.teacher, requested, **given_flags(args, DISTILL),
                       continue_stopped=args.continue_stopped)
     print(json.dumps(summary))

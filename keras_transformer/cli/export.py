@@ -4,15 +4,15 @@ import argparse
 import sys
 
 from keras_transformer.cli.flags import add_flags, add_run_flags, tensorflow_only
-from keras_transformer.decoding.request import EXPORT
-from keras_transformer.defaults import EXPORT_DIR, TRANSLATION
+from keras_transformer.decoding.request import DEFAULTS, EXPORT
+from keras_transformer.defaults import EXPORT_DIR
 
 
 def average(args):
     import os
     import pathlib
 
-    from keras_transformer.decoding.request import save_choice
+    from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.runs import open_single_run
 
     run = open_single_run(args.run_dir, "averaging checkpoints")
@@ -23,8 +23,8 @@ def average(args):
             # What the run decodes with from now on (its beam and alpha are kept).
             label = f"average of the last {len(paths)} checkpoints" + (
                 f", {args.every} apart" if args.every > 1 else "")
-            save_choice(run, model=pathlib.Path(output).name, weights=label,
-                              chosen_by="keras-transformer average")
+            Decoder.save_choice(run, model=pathlib.Path(output).name, weights=label,
+                                chosen_by="keras-transformer average")
     print(f"averaged {len(paths)} checkpoints ({', '.join(os.path.basename(p) for p in paths)})"
           f" into {output}")
 
@@ -36,22 +36,19 @@ def export(args):
 
     from absl import logging as absl_logging
 
-    from keras_transformer.decoding.request import Request
+    from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.export import export_run
 
     # TensorFlow logs every renamed function input while saving; keep the output readable.
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    request = Request.from_flags(args, EXPORT).with_run()
-    run = request.run
-    print(request.describe(), file=sys.stderr)
-    with run.lock("exporting"):  # no training or averaging changes the run meanwhile
+    decoder = Decoder.from_flags(args, EXPORT)
+    print(decoder.describe(), file=sys.stderr)
+    with decoder.run.lock("exporting"):  # no training or averaging changes the run meanwhile
         path = export_run(
             args.run_dir, format=args.format, quantize=args.quantize,
             output_dir=args.output_dir, name=args.name, version=args.version,
-            overwrite=args.overwrite, beam_size=args.beam_size, alpha=args.alpha,
-            model_file=args.model, ids_only=args.ids_only, alignments=request.alignments,
-        )
+            overwrite=args.overwrite, ids_only=args.ids_only, decoder=decoder)
     print(f"exported {args.format} to {path}")
 
 
@@ -87,7 +84,7 @@ def register(commands):
         description="SavedModel: OUTPUT_DIR/NAME/VERSION/ with the signatures serving_default "
         "(strings in, translations and scores out; beam_size and alpha optional inputs, "
         "defaults the run's decoding choice, else "
-        f"{TRANSLATION.beam_size} and {TRANSLATION.alpha}; --beam and --alpha also fix the "
+        f"{DEFAULTS['beam_size']} and {DEFAULTS['alpha']}; --beam and --alpha also fix the "
         "TFLite search, where beam 1 is greedy, and the beam of the SavedModel's "
         "translate_ids_xla signature) and translate_ids (int32 ids in and "
         "out, core TensorFlow ops only). TFLite: "

@@ -31,12 +31,12 @@ def tensorflow_only(what, instead):
                           f"{backend}): {instead}.")
 
 
-def add_flags(parser, command, defaults=None):
+def add_flags(parser, command):
     """Adds the flags of `command`, one per option that has it, each defaulting to None (so
-    that `Request.from_flags` tells what was given) unless `defaults` ({option: value}, e.g.
-    the parsing search's) sets it."""
+    that `request.given_flags` tells what was given); --help says the command's default
+    (`request.command_defaults`: parse's search is the parsing one)."""
     hints = typing.get_type_hints(request.Request)
-    defaults = defaults or {}
+    defaults = request.command_defaults(command)
     groups = {}
     for name, meta in request.fields().items():
         if command not in meta["commands"]:
@@ -46,7 +46,7 @@ def add_flags(parser, command, defaults=None):
         default = defaults.get(name)
         shown = default if default is not None else (meta["default_text"]
                                                      or f"default {meta['default']}")
-        options = dict(default=default, help=f"{meta['help']} ({shown})")
+        options = dict(default=None, help=f"{meta['help']} ({shown})")
         if kind is bool:
             options["action"] = "store_true"
         else:
@@ -60,4 +60,5 @@ def add_flags(parser, command, defaults=None):
                 "sampling", "with --sample: draw each token from the model's distribution "
                 "instead of searching")
         target = groups[request.SAMPLE] if meta["mode"] == request.SAMPLE else parser
-        target.add_argument(request.flag_name(name), dest=name, **options)
+        target.add_argument(request.flag_name(name, command),
+                            dest=request.flag_dest(name, command), **options)

@@ -4,7 +4,7 @@
     keras-transformer score --run-dir RUN --src test.en --tgt test.de --json --output scores.jsonl
 
 The pairs are read and scored a window at a time and the output is resumable, as `translate`'s
-(`decoding.streaming.score_file`).
+(`decoding.jobs.streaming.score_file`).
 """
 
 import sys
@@ -23,10 +23,10 @@ EXPLAINED = ("For each pair it prints the target's total log-probability under t
 
 
 def score(args):
-    from keras_transformer.decoding.request import Request
-    from keras_transformer.decoding.streaming import score_file
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.jobs.streaming import score_file
 
-    count = score_file(Request.from_flags(args, SCORE), args.src, args.tgt, args.output,
+    count = score_file(Decoder.from_flags(args, SCORE), args.src, args.tgt, args.output,
                        as_json=args.json)
     if args.output:
         print(f"wrote the scores of {count} pairs to {args.output}", file=sys.stderr)

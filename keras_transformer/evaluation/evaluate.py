@@ -5,8 +5,8 @@ import contextlib
 import pathlib
 
 from keras_transformer.evaluation.bleu import score
-from keras_transformer.decoding.streaming import window_size
-from keras_transformer.decoding.textio import windows
+from keras_transformer.decoding.jobs.streaming import window_size
+from keras_transformer.decoding.jobs.textio import windows
 from pipelines.files import atomic_path
 
 

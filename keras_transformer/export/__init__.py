@@ -1,5 +1,5 @@
 """Export for serving: a SavedModel for TensorFlow Serving, a TFLite translator and a
-CTranslate2 folder (run by `decoding.ctranslate2`).
+CTranslate2 folder (run by `decoding.engines.ctranslate2`).
 
     graph.py         the exported graphs around decoding's search bodies (request checks)
     saved_model.py   SavedModel: the text signatures and translate_ids (ids) signatures
@@ -12,7 +12,8 @@ CTranslate2 folder (run by `decoding.ctranslate2`).
 exports go.
 """
 
-from keras_transformer.decoding.request import Request, check
+from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.decoding.request import EXPORT, check
 from keras_transformer.errors import InputError
 from keras_transformer.defaults import (  # noqa: F401  (where a run's exports go)
     EXPORT_DIR, ctranslate2_folder, export_base, export_name)
@@ -32,23 +33,27 @@ QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
 
 def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_DIR,
                name=None, version=None, overwrite=False, beam_size=None, alpha=None,
-               model_file=None, ids_only=False, alignments=False):
+               model_file=None, ids_only=False, alignments=False, decoder=None):
     """Exports a training run; returns the path written.
 
     SavedModel: OUTPUT_DIR/NAME/VERSION/. TFLite: OUTPUT_DIR/NAME/tflite/*.tflite.
     CTranslate2: OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/.
     NAME defaults to the run directory's name. `model_file`, `beam_size` and `alpha` default
     to the choice saved in the run, else to the run's newest model and the decoding
-    request's defaults (`decoding.request.Request.resolve`). beam_size and alpha fix the
+    request's defaults (`decoding.decoder.Decoder.resolve`). beam_size and alpha fix the
     TFLite search; in a SavedModel they are the default inputs of its signatures, and
     beam_size the beam of its translate_ids_xla signature. `alignments` (SavedModel only,
     not ids_only) adds the `alignments` output to serving_default and translate_nbest.
+    `decoder`: the export command's resolved request (`Decoder.from_flags`), instead of
+    `model_file`, `beam_size`, `alpha` and `alignments`.
     """
     if format not in FORMATS:
         raise ExportError(f"format={format!r} must be one of {', '.join(FORMATS)}.")
     if quantize not in QUANTIZE_CHOICES[format]:
         raise ExportError(f"quantize={quantize!r} does not apply to the {format} format "
                           f"(choices: {', '.join(QUANTIZE_CHOICES[format])}).")
+    if decoder is not None:
+        alignments = decoder.request.alignments
     if alignments and (format != "savedmodel" or ids_only):
         raise ExportError("alignments apply to the SavedModel's text signatures: export "
                           "--format savedmodel without --ids-only (a CTranslate2 export "
@@ -56,8 +61,9 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
                           "--alignments).")
     if format == "ctranslate2":
         ct2.require_ctranslate2()  # before anything is loaded
-    given = {key: value for key, value in (("model", model_file and str(model_file)), ("beam_size", beam_size),
-                                           ("alpha", alpha)) if value is not None}
+    given = {key: value for key, value in (("model", model_file and str(model_file)),
+                                           ("beam_size", beam_size), ("alpha", alpha))
+             if value is not None}
     try:  # the request's check, and a name fit for a folder
         check(given)
         base_dir = export_base(run_dir, output_dir, name)
@@ -66,8 +72,9 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
     # An ensemble exports as one SavedModel; the other formats take one model.
     run = (open_run(run_dir) if format == "savedmodel"
            else open_single_run(run_dir, f"a {format} export"))
-    choice = Request.resolve(given, run=run)
-    model = run.load_model(path=choice.model_file()[0])
+    decoder = decoder or Decoder.resolve(run, given, command=EXPORT)
+    model = decoder.load_model()
+    choice = decoder.request
     tokenizer, max_input_length = run.tokenizer(), run.config.max_length
     if format == "ctranslate2":
         folder = ctranslate2_folder(run_dir, quantize, output_dir, name)

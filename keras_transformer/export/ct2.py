@@ -1,5 +1,5 @@
 """CTranslate2 export: our weights as a `ctranslate2.specs.TransformerSpec`, written to a
-folder that the CTranslate2 engine (`decoding.ctranslate2.CTranslate2Translator`) runs.
+folder that the CTranslate2 engine (`decoding.engines.ctranslate2.CTranslate2Translator`) runs.
 
 CTranslate2 (OpenNMT's C++ inference engine) serves Transformers with its own kernels: int8
 weights through VNNI on CPUs that have it, fp16/bf16 on GPUs, batches re-sorted by length.
@@ -28,9 +28,10 @@ import time
 
 import numpy as np
 
-from keras_transformer.decoding.alignment import ALIGNMENT_HEADS, ALIGNMENT_LAYER
-from keras_transformer.decoding.ctranslate2 import METADATA, require_ctranslate2
-from keras_transformer.defaults import MAX_LENGTH, PARSING, TRANSLATION
+from keras_transformer.decoding.search.alignment import ALIGNMENT_HEADS, ALIGNMENT_LAYER
+from keras_transformer.decoding.engines.ctranslate2 import METADATA, require_ctranslate2
+from keras_transformer.decoding.request import DEFAULTS, PARSING
+from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export.graph import ExportError
 from keras_transformer.layers.embedding import sinusoidal_table
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
@@ -105,7 +106,7 @@ def _positions(stack, rows, d_model):
 def position_rows(max_input_length):
     """Positions the table must cover: the longest input plus the longest output it allows
     (translation: input + 50; parsing: input + 300)."""
-    return max_input_length + max(TRANSLATION.extra_length, PARSING.extra_length)
+    return max_input_length + max(DEFAULTS["extra_length"], PARSING["extra_length"])
 
 
 def build_spec(model, pieces, max_input_length=MAX_LENGTH):

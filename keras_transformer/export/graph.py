@@ -17,12 +17,12 @@ next request.
 
 import tensorflow as tf
 
-from keras_transformer.decoding.beam_search import translate_beam
-from keras_transformer.decoding.compiling import XLA_WIDTH_STEP
+from keras_transformer.decoding.search.beam_search import translate_beam
+from keras_transformer.decoding.search.compiling import XLA_WIDTH_STEP
 from keras_transformer.decoding.request import RANGES
-from keras_transformer.decoding.rules import trim
-from keras_transformer.decoding.sampling import translate_sample
-from keras_transformer.decoding.scoring import score_ids
+from keras_transformer.decoding.search.rules import trim
+from keras_transformer.decoding.search.sampling import translate_sample
+from keras_transformer.decoding.search.scoring import score_ids
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID, PAD_ID
 
@@ -171,7 +171,7 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
 
 def sample_ids(model, source_ids, num_samples, top_k, top_p, temperature, seed,
                max_input_length, max_rows=MAX_ROWS, prefix=None):
-    """num_samples random translations per row (`decoding.sampling`): (ids (N, S, T), scores
+    """num_samples random translations per row (`decoding.search.sampling`): (ids (N, S, T), scores
     (N, S) log P(Y | X)). An empty row's samples are empty, with score 0."""
     sentences = tf.shape(source_ids)[0]
     num_samples, top_k, top_p, temperature, seed = check_sampling_options(

@@ -11,7 +11,7 @@ tensorflow-text sentencepiece):
 * With `alignments=True` (`export --alignments`; off by default, so the signatures above
   are unchanged), `serving_default` and `translate_nbest` also output `alignments`, (N,) or
   (N, H) string: each translation's word alignment in Pharaoh format, by the rule of
-  `decoding.alignment` (the same strings as `Translator.translate(..., alignments=True)`).
+  `decoding.search.alignment` (the same strings as `Translator.translate(..., alignments=True)`).
 * `sample`: random sampling (num_samples, top_k, top_p, temperature, seed) -> (N, S).
 * `score`: `sources`, `targets` -> `log_prob`, `tokens`, `mean` (N,) each.
 
@@ -43,12 +43,15 @@ import types
 
 import tensorflow as tf
 
-from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
+from keras_transformer.decoding.request import DEFAULTS
+from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export import text_signatures
 from keras_transformer.export.graph import MAX_ROWS, ExportError, search_ids, xla_search_ids
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
 
 log = logging.getLogger(__name__)
+
+SOURCE_IDS = tf.TensorSpec([None, None], tf.int32, name="source_ids")
 
 
 class IdsTranslatorModule(tf.Module):
@@ -63,8 +66,8 @@ class IdsTranslatorModule(tf.Module):
             num_samples); a larger request is refused by the graph (`export.graph.MAX_ROWS`).
     """
 
-    def __init__(self, model, max_input_length=MAX_LENGTH, beam_size=TRANSLATION.beam_size,
-                 alpha=TRANSLATION.alpha, max_rows=MAX_ROWS):
+    def __init__(self, model, max_input_length=MAX_LENGTH, beam_size=DEFAULTS["beam_size"],
+                 alpha=DEFAULTS["alpha"], max_rows=MAX_ROWS):
         super().__init__(name="translator")
         self.beam_size, self.alpha = int(beam_size), float(alpha)
         if int(max_rows) < self.beam_size:
@@ -90,11 +93,8 @@ class IdsTranslatorModule(tf.Module):
 
     # The signatures are made per module, so that their default inputs are this export's.
     def _translate_ids_function(self):
-        @tf.function(input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="source_ids"),
-            tf.TensorSpec([], tf.int32, name="beam_size"),
-            tf.TensorSpec([], tf.float32, name="alpha"),
-        ])
+        @tf.function(input_signature=[SOURCE_IDS, text_signatures.option("beam_size"),
+                                      text_signatures.option("alpha")])
         def translate_ids(source_ids, beam_size=tf.constant(self.beam_size),
                           alpha=tf.constant(self.alpha)):
             ids, scores = search_ids(self.model, source_ids, beam_size, alpha,
@@ -104,10 +104,7 @@ class IdsTranslatorModule(tf.Module):
         return translate_ids
 
     def _translate_ids_xla_function(self):
-        @tf.function(input_signature=[
-            tf.TensorSpec([None, None], tf.int32, name="source_ids"),
-            tf.TensorSpec([], tf.float32, name="alpha"),
-        ])
+        @tf.function(input_signature=[SOURCE_IDS, text_signatures.option("alpha")])
         def translate_ids_xla(source_ids, alpha=tf.constant(self.alpha)):
             ids, scores = self._xla_search(source_ids, alpha)
             return {"ids": ids, "scores": scores}
@@ -141,7 +138,7 @@ class TranslatorModule(IdsTranslatorModule):
     """
 
     def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH,
-                 beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha, max_rows=MAX_ROWS,
+                 beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"], max_rows=MAX_ROWS,
                  alignments=False):
         super().__init__(model, max_input_length, beam_size, alpha, max_rows)
         self.tokenizer = tokenizer
@@ -172,7 +169,7 @@ def existing_versions(base_dir):
 
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
                        max_input_length=MAX_LENGTH, ids_only=False,
-                       beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+                       beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                        max_rows=MAX_ROWS, alignments=False):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 

@@ -12,7 +12,7 @@
 
 Exported with alignments (`export --alignments`), `serving_default` and `translate_nbest`
 also output `alignments`, (N,) or (N, H) string: each translation's word alignment in Pharaoh
-format ("0-0 2-1": source word - target word), by the rule of `decoding.alignment` (the
+format ("0-0 2-1": source word - target word), by the rule of `decoding.search.alignment` (the
 cross-attention of the chosen layer and heads, pieces gathered into words, in the graph), the
 same strings `Translator.translate(..., alignments=True)` gives.
 
@@ -26,7 +26,7 @@ dtypes and the defaults the export does not choose (sampling) come from the deco
 
 import tensorflow as tf
 
-from keras_transformer.decoding.alignment import align_ids, pharaoh_graph, starts_word_table
+from keras_transformer.decoding.search.alignment import align_ids, pharaoh_graph, starts_word_table
 from keras_transformer.decoding.request import DEFAULTS, signature_input
 from keras_transformer.export.graph import (
     nbest_ids, normalize_text, sample_ids, score_target_ids, search_ids)

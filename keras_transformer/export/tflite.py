@@ -13,10 +13,11 @@ import types
 
 import tensorflow as tf
 
-from keras_transformer.decoding.beam_search import translate_beam
-from keras_transformer.decoding.rules import trim
-from keras_transformer.decoding.search import translate_greedy
-from keras_transformer.defaults import MAX_LENGTH, TRANSLATION
+from keras_transformer.decoding.search.beam_search import translate_beam
+from keras_transformer.decoding.search.rules import trim
+from keras_transformer.decoding.search.greedy import translate_greedy
+from keras_transformer.decoding.request import DEFAULTS
+from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export.graph import ExportError, prepare_ids
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes
 from pipelines.files import no_space, no_space_error
@@ -36,7 +37,7 @@ class TFLiteTranslator(tf.Module):
         max_input_length: longer inputs are truncated.
     """
 
-    def __init__(self, model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+    def __init__(self, model, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                  max_input_length=MAX_LENGTH):
         super().__init__(name="tflite_translator")
         self._parts = types.SimpleNamespace(model=model)
@@ -59,7 +60,7 @@ class TFLiteTranslator(tf.Module):
         self.model_variables = list(self.translate.get_concrete_function().variables)
 
 
-def convert_tflite(model, quantize="none", beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+def convert_tflite(model, quantize="none", beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                    max_input_length=MAX_LENGTH):
     """The TFLite flatbuffer (bytes) of `TFLiteTranslator`; builtin ops only.
 
@@ -94,8 +95,8 @@ def tflite_filename(beam_size, quantize):
     return f"translator-{search}-{'float32' if quantize == 'none' else quantize}.tflite"
 
 
-def export_tflite(model, tokenizer, output_dir, quantize="none", beam_size=TRANSLATION.beam_size,
-                  alpha=TRANSLATION.alpha, max_input_length=MAX_LENGTH, overwrite=False):
+def export_tflite(model, tokenizer, output_dir, quantize="none", beam_size=DEFAULTS["beam_size"],
+                  alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH, overwrite=False):
     """Writes output_dir/translator-<search>-<quantization>.tflite and spm.model beside it."""
     output_dir = pathlib.Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)

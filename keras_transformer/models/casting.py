@@ -1,5 +1,5 @@
 """A model computing in another dtype: a copy built once with that Keras dtype policy, holding
-the original's weights cast to it. Decoding uses it for bf16 (`decoding.precision`); a run
+the original's weights cast to it. Decoding uses it for bf16 (`decoding.engines.precision`); a run
 loads its models in float32 through it, whatever policy they were trained under (a mixed
 policy keeps float32 variables, so nothing is lost)."""
 

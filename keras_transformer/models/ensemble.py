@@ -6,7 +6,7 @@
 At every search step each member gives its next-token distribution and the ensemble takes
 their mean, p(y | ...) = (1/M) sum_m p_m(y | ...), computed in log space (logsumexp of the
 members' log-probabilities minus log M). Each member keeps its own encoder output and its own
-self-attention caches; `decoding.step.model_step` builds the ensemble's step function from the
+self-attention caches; `decoding.search.step.model_step` builds the ensemble's step function from the
 members' (the search functions, the exports and the JAX path use it unchanged).
 
 Members must share the vocabulary (the same pieces in the same order): `Ensemble` checks the

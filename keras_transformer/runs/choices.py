@@ -5,8 +5,9 @@
      checkpoints", "beam_size": 4, "alpha": 1.0, "chosen_by": "the main job, on val"}
 
 Every key but the format version may be absent; "model" names a .keras file inside the run
-(or is null). The job or command that chose them writes them, and the commands that decode
-take them as their defaults.
+(or is null). The job or command that chose them writes them through the decoder
+(`decoding.decoder.Decoder.save_choice`), and the commands that decode take them as their
+defaults.
 """
 
 import json
@@ -19,8 +20,10 @@ KEYS = ("model", "weights", "beam_size", "alpha", "chosen_by")
 
 
 def checked(choices):
-    """`choices` with their values checked: ValueError names a key that is unknown or a value
-    of the wrong kind. Returns a copy, alpha as a float."""
+    """`choices` with their keys and texts checked: ValueError names a key that is unknown or
+    a text of the wrong kind. Returns a copy. The decoding options among them (beam_size,
+    alpha) are checked by their declaration, when the decoder reads or saves them
+    (`decoding.decoder.Decoder`)."""
     unknown = sorted(set(choices) - set(KEYS))
     if unknown:
         raise ValueError(f"unknown decoding choice(s) {unknown}; the choices are {list(KEYS)}.")
@@ -32,15 +35,6 @@ def checked(choices):
     if model is not None and (not model.endswith(".keras") or "/" in model or "\\" in model
                               or model.startswith(".")):
         raise ValueError(f"model must name a .keras file inside the run; got {model!r}.")
-    beam = values.get("beam_size")
-    if "beam_size" in values and (isinstance(beam, bool) or not isinstance(beam, int)
-                                  or beam < 1):
-        raise ValueError(f"beam_size must be an integer of at least 1; got {beam!r}.")
-    alpha = values.get("alpha")
-    if "alpha" in values:
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha < 0:
-            raise ValueError(f"alpha must be a number of at least 0; got {alpha!r}.")
-        values["alpha"] = float(alpha)
     return values
 
 

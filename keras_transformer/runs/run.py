@@ -284,8 +284,8 @@ class Run(ModelFiles):
             model: the file name of the model to decode with, inside the run (e.g.
                 "averaged.keras"), or None.
             weights: which weights that file holds (e.g. "average of the last 5 checkpoints").
-            beam_size: the beam size (an int of at least 1).
-            alpha: the length penalty's alpha (a number of at least 0, saved as a float).
+            beam_size, alpha: the search's (checked by their declaration, decoding/request.py:
+                call this through `decoding.decoder.Decoder.save_choice`, their one writer).
             chosen_by: which command chose them, on which data (e.g. "main job, on val").
 
         Returns:

@@ -274,10 +274,12 @@ class Settings:
 
     # -- the command line -----------------------------------------------------------------------
     @classmethod
-    def add_flags(cls, parser, prepare=False, skip=()):
+    def add_flags(cls, parser, prepare=False, skip=(), default_texts=None):
         """Adds a flag per setting (those `prepare` reads, with prepare=True; none for the
         settings named in `skip`, which the command decides itself), each defaulting to None
-        so that `given(args)` tells what the command line set."""
+        so that `given(args)` tells what the command line set. `default_texts` ({setting:
+        text}): what --help says of a default the command sets otherwise."""
+        default_texts = default_texts or {}
         for name, kind in cls.sections().items():
             fields = [(field, base) for field, base, _ in kind.declarations()
                       if field.metadata["flag"] and field.name not in skip
@@ -287,7 +289,8 @@ class Settings:
             group = parser.add_argument_group(f"{name} settings")
             for field, base in fields:
                 meta = field.metadata
-                default = meta["default_text"] or f"default {field.default}"
+                default = (default_texts.get(field.name) or meta["default_text"]
+                           or f"default {field.default}")
                 options = dict(default=None, help=f"{meta['help']} ({default})")
                 if base is bool:
                     options["action"] = argparse.BooleanOptionalAction

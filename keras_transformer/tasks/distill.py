@@ -12,7 +12,7 @@ Three stages, each resumable by running the same call again:
 2. The translation. The teacher translates distilled/train.SRC into distilled/train.TGT with
    its saved decoding choice (decoding.json: model, beam, alpha; `--beam`/`--alpha` override),
    window by window through the resumable file job of `translate --output`
-   (`decoding.streaming`): a killed distillation goes on after the windows done and ends
+   (`decoding.jobs.streaming`): a killed distillation goes on after the windows done and ends
    with the same bytes as an uninterrupted one. Several teacher runs are decoded as one
    ensemble (the mean of their probabilities, `models.Ensemble`); an ensemble assembled here
    has no saved choice, so it decodes with the defaults unless `--beam`/`--alpha` say
@@ -254,8 +254,7 @@ class TranslationJob:
     """
 
     def __init__(self, teachers, beam_size=None, alpha=None, batch_size=None, precision=None):
-        from keras_transformer.decoding.precision import resolve_precision
-        from keras_transformer.decoding.request import TRANSLATE, Request
+        from keras_transformer.decoding.decoder import Decoder
         from keras_transformer.runs.settings import GIVEN
 
         self.teachers = teachers
@@ -264,22 +263,23 @@ class TranslationJob:
                                                  ("batch_size", batch_size),
                                                  ("precision", precision))
                  if value is not None}
-        self.request = Request.resolve(given, GIVEN, teacher, TRANSLATE)  # checks the values
-        self.precision = resolve_precision(self.request.precision)[0]
+        self.decoder = Decoder.resolve(teacher, given, GIVEN)  # checks the values
+        self.request = self.decoder.request
+        self.precision = self.decoder.precision[0]
         runs = teacher.members if isinstance(teacher, EnsembleRun) else [teacher]
         self.digests = {str(run.directory.resolve()): config_digest(run) for run in runs}
-        model = self.request.model_file()[0]
+        model = self.decoder.model_file()[0]
         self.models = [model] if model is not None else [run.model_file() for run in runs]
 
     def record(self):
         """What the student's config records of the teachers (`RECORD`'s keys)."""
-        request = self.request
+        request, decoder = self.request, self.decoder
         decoding = {"models": [str(path.resolve()) for path in self.models],
                     "beam_size": request.beam_size, "alpha": float(request.alpha),
                     "extra_length": request.extra_length, "precision": self.precision,
-                    "origins": {name: request.source(name)
+                    "origins": {name: decoder.source(name)
                                 for name in ("model", "beam_size", "alpha")},
-                    "chosen_by": request.__dict__.get("_chosen_by")}
+                    "chosen_by": decoder.chosen_by}
         return {"teachers": list(self.teachers), "teacher_config_sha256": dict(self.digests),
                 "teacher_decoding": decoding}
 
@@ -298,13 +298,13 @@ class TranslationJob:
 
     def translate(self, student, config, log):
         """Translates the student's train.SRC into train.TGT, resumably; returns the lines."""
-        from keras_transformer.decoding.resumable import file_identity
-        from keras_transformer.decoding.streaming import job_identity, stream_lines, window_size
+        from keras_transformer.decoding.jobs.resumable import file_identity
+        from keras_transformer.decoding.jobs.streaming import job_identity, stream_lines, window_size
 
-        request = self.request
-        engine = request.build_engine()
+        decoder = self.decoder
+        engine = decoder.engine()
         print("distill: the teacher's translation of its training sources: "
-              + request.describe(), file=log, flush=True)
+              + decoder.describe(), file=log, flush=True)
 
         def decode_rows(rows, numbers, progress):
             return [[text] for text in engine.translate([row[0] for row in rows],
@@ -312,9 +312,9 @@ class TranslationJob:
 
         # The request's identity, and what it cannot see of an ensemble: the members' configs
         # and weights.
-        identity = job_identity(request, job=JOB, teacher_config_sha256=self.digests,
+        identity = job_identity(decoder, job=JOB, teacher_config_sha256=self.digests,
                                 models=[file_identity(path) for path in self.models])
         files = corpus_files(student, config)
         return stream_lines(decode_rows, [str(files["train_src"])], str(files["train_tgt"]),
-                            window=window_size(request.batch_size), identity=identity,
+                            window=window_size(decoder.request.batch_size), identity=identity,
                             progress_desc="distilling")

@@ -14,16 +14,16 @@ alone, then the ensemble's length penalty. docs/results.md has the sweeps behind
 Both recipes are bounded by steps, not by the clock, so every machine trains the same recipe
 (a slower machine takes longer), in mixed_bfloat16 where the CPU has bf16 and in float32
 elsewhere (`precision: auto`). Every choice the job makes is made on val and saved in the run
-(`decoding.request.save_choice`), so that translate, evaluate and export decode as the job did; test2016
-is decoded once, at the end, and only reported.
+(`decoding.decoder.Decoder.save_choice`), so that translate, evaluate and export decode as the
+job did; test2016 is decoded once, at the end, and only reported.
 """
 
 import logging
 import pathlib
 import time
 
-from keras_transformer.defaults import (EXPORT_DIR, MAX_LENGTH, TRAIN_TOKENS_PER_BATCH,
-                                        TRANSLATION, VOCAB_SIZE)
+from keras_transformer.decoding.request import DEFAULTS
+from keras_transformer.defaults import EXPORT_DIR, MAX_LENGTH, TRAIN_TOKENS_PER_BATCH, VOCAB_SIZE
 from keras_transformer.tasks.tuning import (AVERAGE_CANDIDATES, ALPHAS, VAL_SENTENCES,  # noqa: F401
                                            choose_alpha, choose_weights)
 
@@ -94,8 +94,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     `source_dir` where the corpus is carried prepared (benchmarks/gpu_check.py)."""
     import keras
 
-    from keras_transformer.decoding.request import save_choice
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.evaluation.evaluate import evaluate_split
     from keras_transformer.models import Ensemble
     from keras_transformer.runs import EnsembleRun, Run, make_config
@@ -115,7 +114,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     if ensemble:
         summary["job"] += f" (an ensemble of {len(specs)} models)"
 
-    beam = TRANSLATION.beam_size
+    beam = DEFAULTS["beam_size"]
     # Per member (key None: the one model of a single-model job).
     member_runs, trainings, weights, val_scores = [], {}, {}, {}
     for number, (member, settings) in enumerate(specs, 1):
@@ -171,14 +170,14 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     summary["val_beam_sacrebleu_by_alpha"] = {str(a): v for a, v in alpha_scores.items()}
     # The run remembers the choices: translate, evaluate and export decode as the job does.
     chosen_by = f"keras-transformer demo on val (first {VAL_SENTENCES} sentences)"
-    save_choice(top, beam_size=beam, alpha=alpha, chosen_by=chosen_by,
-                **({"weights": chosen} if ensemble else
-                   {"weights": chosen, "model": top.averaged_path.name}))
+    Decoder.save_choice(top, beam_size=beam, alpha=alpha, chosen_by=chosen_by,
+                        **({"weights": chosen} if ensemble else
+                           {"weights": chosen, "model": top.averaged_path.name}))
     print(f"chosen: alpha {alpha} (saved in {top.decoding_path})", flush=True)
 
     print(f"== 3/5 test2016 with beam {beam}, alpha {alpha}", flush=True)
-    translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
-                            max_input_length=config.max_length)
+    # The run's choice, just saved, decodes the model in memory.
+    translator = Decoder.resolve(top).engine(model, tokenizer, config.max_length)
     # The quick job decodes test2016 only (val was used, greedy, to choose the weights).
     splits = (("dev", "val"), ("test", "test2016")) if full else (("test", "test2016"),)
     for split, key in splits:

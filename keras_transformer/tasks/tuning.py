@@ -1,12 +1,12 @@
 """Choices made on validation data: which weights to decode with (the final ones, an average
 of checkpoints, or best.keras, the best dev evaluation's) and the length penalty. The main
-job makes them; `tune` saves them in the run (`Run.save_decoding`), where translate, evaluate
-and export find them.
+job makes them and saves them in the run (`decoding.decoder.Decoder.save_choice`), where
+translate, evaluate and export find them.
 
 Only val is used: a test set is decoded once, at the end, and only reported.
 """
 
-from keras_transformer.defaults import TRANSLATION
+from keras_transformer.decoding.request import DEFAULTS
 
 # Weights tried on val: (k, j) = the average of the last k checkpoints taken j apart (every
 # j-th one counting back from the newest); (1, 1) is the final weights.
@@ -32,7 +32,8 @@ def choose_weights(run, sources, references):
     """Final weights, an average of checkpoints (AVERAGE_CANDIDATES) or the run's best.keras
     (when it holds other weights than the final ones), whichever has the best greedy sacreBLEU
     on the given val sentences. Returns (model, label, {label: BLEU})."""
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import Request
     from keras_transformer.evaluation.bleu import score
 
     config, tokenizer = run.config, run.vocabulary()
@@ -52,8 +53,7 @@ def choose_weights(run, sources, references):
             model = run.load_model(prefer_averaged=False)
         else:
             model, _ = run.average(k, every=every)
-        translator = Translator(model, tokenizer, beam_size=1,
-                                max_input_length=config.max_length)
+        translator = Decoder(Request(beam_size=1)).engine(model, tokenizer, config.max_length)
         bleu = score(translator.translate(sources), references)["sacrebleu"]
         results[label] = bleu
         print(f"  val (first {len(sources)} sentences, greedy): {label}: sacreBLEU {bleu:.2f}",
@@ -64,21 +64,22 @@ def choose_weights(run, sources, references):
 
 
 def choose_alpha(model, tokenizer, max_length, sources, references,
-                 beam=TRANSLATION.beam_size):
+                 beam=DEFAULTS["beam_size"]):
     """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given val
     sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)})."""
     import sacrebleu
 
-    from keras_transformer.decoding.precision import cast_model, resolve_precision
-    from keras_transformer.decoding.translate import Translator
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.engines.precision import cast_model
+    from keras_transformer.decoding.request import Request
 
     # The model in the precision a translator picks here, cast once for every alpha.
-    precision = resolve_precision()[0]
+    precision = Decoder().precision[0]
     model = cast_model(model, precision)
     results, best = {}, None
     for alpha in ALPHAS:
-        translator = Translator(model, tokenizer, beam_size=beam, alpha=alpha,
-                                max_input_length=max_length, precision=precision)
+        request = Request(beam_size=beam, alpha=alpha, precision=precision)
+        translator = Decoder(request).engine(model, tokenizer, max_length)
         bleu = sacrebleu.corpus_bleu(translator.translate(sources), [references])
         results[alpha] = (round(bleu.score, 2), round(bleu.bp, 3))
         print(f"  val (first {len(sources)} sentences, beam {beam}): alpha {alpha}: sacreBLEU "

@@ -271,11 +271,12 @@ class DevBleu(keras.callbacks.Callback):
         """Translates and scores now; returns {"bleu", "chrf"}."""
         import sacrebleu
 
-        from keras_transformer.decoding.translate import Translator
+        from keras_transformer.decoding.decoder import Decoder
+        from keras_transformer.decoding.request import Request
 
         if self._translator is None:
-            self._translator = Translator(self.model, self.tokenizer, beam_size=1,
-                                          max_input_length=self.max_length)
+            self._translator = Decoder(Request(beam_size=1)).engine(
+                self.model, self.tokenizer, self.max_length)
         step = self.step_fn()
         hypotheses = self._translator.translate(self.sources)
         bleu = sacrebleu.corpus_bleu(hypotheses, [self.references])

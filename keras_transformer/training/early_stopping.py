@@ -182,9 +182,12 @@ class EarlyStopping(keras.callbacks.Callback):
         self.reason = (f"early stopping: no improvement of dev {self.metric} in "
                        f"{record.without_improvement} evaluations")
         if self.keep:
-            self.run.save_decoding(
-                model=self.run.BEST, weights=f"best dev {self.metric} ({record.best:.4f}) at "
-                f"step {record.best_step}", chosen_by=f"train: early stopping on dev {self.metric}")
+            from keras_transformer.decoding.decoder import Decoder
+
+            Decoder.save_choice(
+                self.run, model=self.run.BEST, weights=f"best dev {self.metric} "
+                f"({record.best:.4f}) at step {record.best_step}",
+                chosen_by=f"train: early stopping on dev {self.metric}")
         _say(f"early stopping at step {step}: dev {self.metric} has not improved by at least "
              f"{self.min_delta:g} in {record.without_improvement} evaluations; "
              f"{self._best_text()}")

@@ -22,11 +22,11 @@ log-probabilities of the tokens drawn (not the narrowed distribution's).
 import keras
 from keras import ops
 
-from keras_transformer.decoding.compiling import compile_search
+from keras_transformer.decoding.search.compiling import compile_search
 from keras_transformer.decoding.request import DEFAULTS, check
-from keras_transformer.decoding.rules import NEG_INF, finish
-from keras_transformer.decoding.search import pick_search
-from keras_transformer.decoding.step import EXTRA_LENGTH
+from keras_transformer.decoding.search.rules import NEG_INF, finish
+from keras_transformer.decoding.search.greedy import pick_search
+from keras_transformer.decoding.search.step import EXTRA_LENGTH
 
 
 class RandomSampler:

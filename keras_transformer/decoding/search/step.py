@@ -20,12 +20,12 @@ stays exact (a value).
 
 from keras import ops
 
-from keras_transformer.decoding.compiling import dynamic_shapes
-from keras_transformer.decoding.rules import prefix_limits
-from keras_transformer.defaults import TRANSLATION
+from keras_transformer.decoding.search.compiling import dynamic_shapes
+from keras_transformer.decoding.search.rules import prefix_limits
+from keras_transformer.decoding.request import DEFAULTS
 from pipelines.special_ids import PAD_ID
 
-EXTRA_LENGTH = TRANSLATION.extra_length  # paper: maximum output length = input length + 50
+EXTRA_LENGTH = DEFAULTS["extra_length"]  # paper: maximum output length = input length + 50
 
 
 def output_limits(source_ids, extra_length=EXTRA_LENGTH):

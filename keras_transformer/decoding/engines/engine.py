@@ -21,7 +21,7 @@ dicts, and the options are checked against the decoding request's declaration
 
 An engine declares what it supports beyond the text layer in `SUPPORTS` (names of the
 request's options); asking for an option it lacks is refused by name in one place,
-`refuse_unsupported`. Word alignments (the `alignments` option, `decoding.alignment`): an
+`refuse_unsupported`. Word alignments (the `alignments` option, `decoding.search.alignment`): an
 engine that declares them returns, from its searcher, (text, score, alignment) triples, and
 from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
@@ -64,7 +64,7 @@ class Engine:
         alignments: also the word alignment of each translation, a Pharaoh string ("0-0 2-1":
             source word - target word, from 0; "" for an empty line): (translation,
             alignment) pairs instead of strings, or with nbest (translation, score,
-            alignment) triples, every hypothesis aligned (`decoding.alignment`).
+            alignment) triples, every hypothesis aligned (`decoding.search.alignment`).
         """
         options = {"nbest": bool(nbest), "prefixes": prefixes is not None,
                    "alignments": bool(alignments)}

@@ -12,7 +12,7 @@ SavedModel's `score` signature run it.
 
 from keras import ops
 
-from keras_transformer.decoding.compiling import compile_search
+from keras_transformer.decoding.search.compiling import compile_search
 from pipelines.special_ids import BOS_ID, PAD_ID
 
 

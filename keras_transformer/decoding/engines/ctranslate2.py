@@ -14,9 +14,9 @@ import json
 import os
 import pathlib
 
-from keras_transformer.decoding.alignment import ctranslate2_pharaoh
-from keras_transformer.decoding.engine import Engine
-from keras_transformer.decoding.request import DEFAULTS, check
+from keras_transformer.decoding.search.alignment import ctranslate2_pharaoh
+from keras_transformer.decoding.engines.engine import Engine
+from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.errors import InputError
 from pipelines.vocabulary import FILENAME as VOCABULARY_FILE
 
@@ -80,6 +80,15 @@ class CTranslate2Translator(Engine):
         self._engine_options = dict(device=device, compute_type=compute_type,
                                     intra_threads=threads or os.cpu_count() or 0)
         self.translator = self._engine()
+
+    @classmethod
+    def from_request(cls, request, model_dir, command=TRANSLATE):
+        """The engine of a decoding request (`decoding.request.Request`) for `command`, on
+        the export in `model_dir`; what the request asks for that CTranslate2 lacks is refused
+        by name (`Engine.refuse_unsupported`)."""
+        cls.refuse_unsupported(request.engine_options(command))
+        return cls(model_dir, beam_size=request.beam_size, alpha=request.alpha,
+                   batch_size=request.batch_size, extra_length=request.extra_length)
 
     def _engine(self):
         return self.ctranslate2.Translator(str(self.model_dir), **self._engine_options)

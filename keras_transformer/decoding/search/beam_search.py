@@ -24,11 +24,11 @@ graph all run it.
 import numpy as np
 from keras import ops, tree
 
-from keras_transformer.decoding.compiling import compile_search
-from keras_transformer.decoding.rules import (
+from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.rules import (
     NEG_INF, finish, mask_special_tokens, prefix_forcing, with_optional_prefix)
-from keras_transformer.decoding.step import EXTRA_LENGTH, prefixed_step
-from keras_transformer.defaults import TRANSLATION
+from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
+from keras_transformer.decoding.request import DEFAULTS
 from pipelines.special_ids import BOS_ID, EOS_ID
 
 
@@ -44,7 +44,7 @@ def gather_beams(tensor, indices):
                                axis=1)
 
 
-def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                 max_length=None, min_length=None, prefix=None):
     """Batched beam search over a step function.
 
@@ -156,7 +156,7 @@ def beam_search(step_fn, state, limits, beam_size=TRANSLATION.beam_size, alpha=T
             "log_probs": final["finished_log_probs"]}
 
 
-def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                    *, prefix=None, num_hypotheses=None, empty_rows=None, static=False,
                    optional_prefix=False, cached=True, extra_length=EXTRA_LENGTH,
                    max_output_length=None, min_length=None):
@@ -198,7 +198,7 @@ def translate_beam(model, source_ids, beam_size=TRANSLATION.beam_size, alpha=TRA
     return finish(result, empty_rows, trim_ids=not static)
 
 
-def compiled_beam_search(model, beam_size=TRANSLATION.beam_size, alpha=TRANSLATION.alpha,
+def compiled_beam_search(model, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                          cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
                          with_prefix=False):
     """`translate_beam` compiled once (see `compiling.compile_search` for each backend).

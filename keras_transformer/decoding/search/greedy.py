@@ -24,9 +24,9 @@ The searches are written once in `keras.ops` and run on every backend:
 import keras
 from keras import ops
 
-from keras_transformer.decoding.compiling import compile_search
-from keras_transformer.decoding.rules import finish, mask_special_tokens, prefix_forcing, trim
-from keras_transformer.decoding.step import EXTRA_LENGTH, prefixed_step, tile_beams
+from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.rules import finish, mask_special_tokens, prefix_forcing, trim
+from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step, tile_beams
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
 
 
@@ -47,7 +47,7 @@ def argmax(x):
 def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False,
                   prefix=None, pick=None):
     """Picks the next token of every row by a rule, one step at a time: the most likely one
-    (greedy search) unless `pick` says otherwise (`decoding.sampling.RandomSampler` draws it).
+    (greedy search) unless `pick` says otherwise (`decoding.search.sampling.RandomSampler` draws it).
 
     Args:
         step_fn, state: as described in the module docstring (N = batch rows).

@@ -15,9 +15,9 @@ import itertools
 import json
 import sys
 
-from keras_transformer.decoding import textio
+from keras_transformer.decoding.jobs import textio
 from keras_transformer.errors import InputError
-from keras_transformer.decoding.resumable import ResumableOutput, file_identity
+from keras_transformer.decoding.jobs.resumable import ResumableOutput, file_identity
 from pipelines.files import atomic_path
 
 # Sentences per window, in batches: the decoder sorts a window by length, so that a batch
@@ -152,21 +152,21 @@ class _Printer:
 
 
 # -- the file-level jobs of the commands -----------------------------------------------------
-def translate_file(request, input=None, output=None, log=None):
+def translate_file(decoder, input=None, output=None, log=None):
     """Translates (or samples, `request.sample`) `input` (None: standard input) into `output`
-    (None: standard output; a file is resumable) with the engine `request` asks for, `request`
-    being a `decoding.request.Request` of a run; says on `log` what decodes. With
+    (None: standard output; a file is resumable) with the engine `decoder` (a
+    `decoding.decoder.Decoder` of a run) builds; says on `log` what decodes. With
     `request.prefixes` (a file line-aligned with the input) each output starts with its
     line's prefix. With n-best or several samples, each hypothesis is a line `line<TAB>score
     <TAB>text` (`nbest_lines`). With `request.alignments` each translation (or hypothesis) is
     followed by a tab and its word alignment in Pharaoh format ("" for an empty line).
     Returns the input lines done."""
+    request = decoder.request
     inputs = [input, request.prefixes] if request.prefixes else [input]
     if request.prefixes and input:
         aligned_counts(inputs)  # before the model loads
-    request = request.with_run()
-    engine = request.build_engine()
-    print(request.describe(), file=log or sys.stderr)
+    engine = decoder.engine()
+    print(decoder.describe(), file=log or sys.stderr)
     listed = request.nbest or (request.sample and request.num_samples > 1)
 
     def decode_rows(rows, numbers, progress):
@@ -188,18 +188,18 @@ def translate_file(request, input=None, output=None, log=None):
     # translation is answered after batch_size lines, not after a window's.
     window = window_size(request.batch_size) if input else request.batch_size
     return stream_lines(decode_rows, inputs, output, window=window,
-                        identity=job_identity(request),
+                        identity=job_identity(decoder),
                         empty=[] if listed else ["\t" if request.alignments else ""])
 
 
-def score_file(request, sources, targets, output=None, as_json=False, log=None):
-    """Scores each (source, target) pair of two line-aligned files with the engine `request`
-    asks for (`score_lines` writes them), with `request.alignments` also the pair's word
+def score_file(decoder, sources, targets, output=None, as_json=False, log=None):
+    """Scores each (source, target) pair of two line-aligned files with the engine `decoder`
+    builds (`score_lines` writes them), with the request's `alignments` also the pair's word
     alignment (teacher-forced); resumable as `translate_file`. Returns the pairs done."""
     aligned_counts([sources, targets])  # before the model loads
-    request = request.with_run()
-    engine = request.build_engine()
-    print(request.describe(), file=log or sys.stderr)
+    request = decoder.request
+    engine = decoder.engine()
+    print(decoder.describe(), file=log or sys.stderr)
 
     def decode_rows(rows, numbers, progress):
         results = engine.score([s for s, _ in rows], [t for _, t in rows], progress=progress,
@@ -208,7 +208,7 @@ def score_file(request, sources, targets, output=None, as_json=False, log=None):
 
     return stream_lines(decode_rows, [sources, targets], output,
                         window=window_size(request.batch_size),
-                        identity=job_identity(request, json=as_json), empty=[""],
+                        identity=job_identity(decoder, json=as_json), empty=[""],
                         progress_desc="scoring")
 
 
@@ -240,16 +240,17 @@ def window_seed(seed, first_line):
     return int(np.random.SeedSequence([seed, first_line]).generate_state(1)[0] % 2 ** 31)
 
 
-def job_identity(request, **extra):
+def job_identity(decoder, **extra):
     """What decides a job's output lines, beside its inputs: the request's values, the run,
     the backend, the resolved precision and the weights' file identity (`extra`: more, such
     as an output format). A partial output written with anything else is started over."""
     import keras
 
-    weights = (request.ctranslate2_folder() / "model.bin" if request.engine == "ctranslate2"
-               else request.model_file()[0])
-    return {"command": request.command, "backend": keras.backend.backend(),
+    request = decoder.request
+    weights = (decoder.ctranslate2_folder() / "model.bin" if request.engine == "ctranslate2"
+               else decoder.model_file()[0])
+    return {"command": decoder.command, "backend": keras.backend.backend(),
             "options": {**request.values(), **extra},
-            "run_dir": str(request.run.directory.resolve()),
-            "precision": request.resolved_precision,
+            "run_dir": str(decoder.run.directory.resolve()),
+            "precision": decoder.precision[0],
             "weights": file_identity(weights) if weights and weights.is_file() else None}

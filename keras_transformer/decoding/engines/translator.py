@@ -12,7 +12,7 @@ module holds the id-level part: ids in, the compiled searches, ids out.
     translator.translate(["A dog runs."], alignments=True)      # [(text, "0-0 1-1 2-2")]
 
 The translator decodes in bfloat16 on CPUs with bf16 units and in float32 elsewhere
-(`precision="auto"`, see `decoding.precision`); `precision="float32"` decodes in float32 (with
+(`precision="auto"`, see `decoding.engines.precision`); `precision="float32"` decodes in float32 (with
 the model itself when it is a float32 one, as before the choice existed).
 """
 
@@ -21,15 +21,15 @@ import logging
 import keras
 import numpy as np
 
-from keras_transformer.decoding.alignment import align_ids, pharaoh_lines, starts_word_table
-from keras_transformer.decoding.beam_search import compiled_beam_search
-from keras_transformer.decoding.compiling import XLA_WIDTH_STEP, compile_search, dynamic_shapes
-from keras_transformer.decoding.engine import Engine
-from keras_transformer.decoding.precision import cast_model, copy_weights, resolve_precision
-from keras_transformer.decoding.request import DEFAULTS, check
-from keras_transformer.decoding.sampling import compiled_sample_search
-from keras_transformer.decoding.scoring import compiled_scorer
-from keras_transformer.decoding.search import compiled_greedy_search
+from keras_transformer.decoding.search.alignment import align_ids, pharaoh_lines, starts_word_table
+from keras_transformer.decoding.search.beam_search import compiled_beam_search
+from keras_transformer.decoding.search.compiling import XLA_WIDTH_STEP, compile_search, dynamic_shapes
+from keras_transformer.decoding.engines.engine import Engine
+from keras_transformer.decoding.engines.precision import cast_model, copy_weights, resolve_precision
+from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
+from keras_transformer.decoding.search.sampling import compiled_sample_search
+from keras_transformer.decoding.search.scoring import compiled_scorer
+from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
@@ -107,6 +107,18 @@ class Translator(Engine):
         return self._compiled[key]
 
     @classmethod
+    def from_request(cls, request, model, tokenizer, max_input_length=MAX_LENGTH,
+                     command=TRANSLATE):
+        """The translator of a decoding request (`decoding.request.Request`) for `command`;
+        what the request asks for that this engine lacks is refused by name. The decoder
+        (`decoding.decoder.Decoder`) builds engines this way."""
+        cls.refuse_unsupported(request.engine_options(command))
+        return cls(model, tokenizer, beam_size=request.beam_size, alpha=request.alpha,
+                   max_input_length=max_input_length, batch_size=request.batch_size,
+                   extra_length=request.extra_length, jit_compile=request.xla,
+                   precision=request.precision)
+
+    @classmethod
     def from_run(cls, run, model_file=None, **kwargs):
         """A translator of a run (a `Run` or its directory): `model_file`, else the averaged
         model if there is one, else the final one; inputs truncated at the run's max_length.
@@ -173,7 +185,7 @@ class Translator(Engine):
 
     def align_ids(self, source_ids, target_ids):
         """The word alignments (Pharaoh strings) of given targets, teacher-forced
-        (`decoding.alignment.align_ids`, compiled once): source_ids (N, S) as the search takes
+        (`decoding.search.alignment.align_ids`, compiled once): source_ids (N, S) as the search takes
         them, target_ids (N, T) as it returns them (EOS-terminated, 0-padded, no BOS)."""
         aligner = self._compiled_once("align", self._compile_aligner)
         self._follow_training()

@@ -1,0 +1,193 @@
+"""The decoder: the one way into decoding, for every command and every Python caller.
+
+A `Request` (decoding/request.py) is values only. The decoder holds one with everything around
+it: where each value came from (a flag, the run's saved choice, a value given in Python, the
+default), the run it decodes and that run's saved choice (decoding.json: read here, and written
+only through `Decoder.save_choice`), the precision the Keras engine computes in, the line on
+standard error saying all that (`describe`), and the engine, built by that engine's own
+`from_request`.
+
+    decoder = Decoder.from_flags(args, "translate")  # a flag > the run's choice > the default
+    print(decoder.describe(), file=sys.stderr)
+    engine = decoder.engine()                         # a Translator or a CTranslate2 engine
+
+    Decoder.resolve(run, {"beam_size": 1}).engine()  # a Python caller's values (GIVEN)
+    Decoder(Request(beam_size=1)).engine(model, vocabulary, max_input_length)  # a model in memory
+    Decoder.save_choice(run, alpha=1.0, chosen_by="the main job, on val")
+"""
+
+import pathlib
+
+from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
+from keras_transformer.decoding.engines.precision import resolve_precision
+from keras_transformer.decoding.engines.translator import Translator
+from keras_transformer.decoding import request as declared
+from keras_transformer.decoding.request import (
+    ATTENTION, EVALUATE, EXPORT, PARSE, SAMPLE, SCORE, SEARCH, TRANSLATE, check,
+    command_defaults, fields, given_flags)
+from keras_transformer.defaults import ctranslate2_folder
+from keras_transformer.errors import InputError
+from keras_transformer.runs import EnsembleRun, open_run
+from keras_transformer.runs.settings import DEFAULT, FLAG, GIVEN, RUN
+
+# Commands that decode with the run's saved choice (decoding.json). Parse does not: the saved
+# beam and alpha were chosen for translation, and parsing has its own search.
+READS_CHOICE = frozenset((TRANSLATE, EVALUATE, SCORE, ATTENTION, EXPORT))
+
+
+class Decoder:
+    """A request, where its values came from, and what it decodes.
+
+    Args:
+        request: the values (default: `command`'s defaults).
+        run: the `Run` (or `EnsembleRun`) decoded; None for a model in memory
+            (`engine(model, tokenizer, max_input_length)`).
+        sources: {option: FLAG, RUN or GIVEN} of the values that are not defaults.
+        command: the command decoding (its flags, its defaults, the verb of `describe`).
+        choice: the run's saved choice as read (its "weights" and "chosen_by" are said).
+    """
+
+    def __init__(self, request=None, run=None, sources=None, command=TRANSLATE, choice=None):
+        self.request = request if request is not None else declared.Request.defaults(command)
+        self.run, self.command = run, command
+        self.sources = dict(sources or {})
+        self.choice = dict(choice or {})
+        self._precision = None
+
+    # -- building ----------------------------------------------------------------------------
+    @classmethod
+    def from_flags(cls, args, command, run=None):
+        """The decoder of a command's parsed flags: each flag given, else the run's saved
+        choice, else the default. The flags are checked before the run (`--run-dir`, or
+        `run`) is opened."""
+        given = given_flags(args, command)
+        return cls.resolve(run if run is not None else open_run(args.run_dir), given, FLAG,
+                           command)
+
+    @classmethod
+    def resolve(cls, run=None, given=None, source=GIVEN, command=TRANSLATE):
+        """A decoder of `given` values ({option: value}, from `source`: FLAG or GIVEN), the
+        rest from the run's saved choice where it holds them, else `command`'s defaults."""
+        given = dict(given or {})
+        check(given)
+        saved = run.decoding() if run is not None and command in READS_CHOICE else {}
+        values, sources = dict(given), dict.fromkeys(given, source)
+        for name, meta in fields().items():
+            if name not in values and meta["saved"] and saved.get(name) is not None:
+                values[name], sources[name] = saved[name], RUN
+        values = {**command_defaults(command), **values}
+        try:
+            request = declared.Request(**values)  # the declaration's (a test may extend it)
+        except InputError as error:  # a saved value out of range: the file is named
+            raise InputError(f"{run.decoding_path}: {error}") from None
+        return cls(request, run, sources, command, saved)
+
+    @staticmethod
+    def save_choice(run, **choices):
+        """Writes the run's decoding choice (decoding.json; this is its one writer): the
+        options marked `saved` are checked as any request's, then `Run.save_decoding` merges
+        them into the file atomically. Returns the merged choices."""
+        options = {name: value for name, value in choices.items() if name in fields()}
+        if options:
+            request = declared.Request(**options)  # checked, a whole alpha made a float
+            choices.update({name: getattr(request, name) for name in options})
+        return run.save_decoding(**choices)
+
+    # -- what decodes ------------------------------------------------------------------------
+    def source(self, name):
+        return self.sources.get(name, DEFAULT)
+
+    @property
+    def chosen_by(self):
+        """Who saved the run's choice, when a value came from it."""
+        return self.choice.get("chosen_by")
+
+    def model_file(self):
+        """The model file to load (None: the run loads its own, e.g. an ensemble's members)
+        and the source of that choice."""
+        if self.sources.get("model") in (FLAG, GIVEN):
+            return pathlib.Path(self.request.model), self.sources["model"]
+        run = self.run
+        if run is None or isinstance(run, EnsembleRun):
+            return None, DEFAULT
+        path = run.decoding_model_path() if self.command in READS_CHOICE else run.model_file()
+        saved = self.request.model is not None and path.name == self.request.model
+        return path, RUN if saved else DEFAULT
+
+    def ctranslate2_folder(self):
+        return pathlib.Path(self.request.ctranslate2_model
+                            or ctranslate2_folder(self.run.directory))
+
+    def load_model(self):
+        """The model of the run this decoder decodes with (an ensemble's: its members')."""
+        return self.run.load_model(path=self.model_file()[0])
+
+    @property
+    def precision(self):
+        """(dtype, reason) the Keras engine computes in (`engines.precision`); (None, None)
+        for another engine."""
+        if self.request.engine != "tensorflow":
+            return None, None
+        if self._precision is None:
+            self._precision = resolve_precision(self.request.precision)
+        return self._precision
+
+    def engine(self, model=None, tokenizer=None, max_input_length=None):
+        """The engine the request asks for, through that engine's own `from_request`, every
+        option it asks for checked against what the engine supports. The Keras engine
+        searches `model` (default: the run's, `load_model`) with `tokenizer` and inputs
+        truncated at `max_input_length` (defaults: the run's)."""
+        request = self.request
+        if request.engine == "ctranslate2":
+            folder = self.ctranslate2_folder()
+            CTranslate2Translator.refuse_unsupported(request.engine_options(self.command))
+            if not folder.is_dir():
+                raise InputError(f"No CTranslate2 export at {folder}: run keras-transformer "
+                                 f"export --run-dir {self.run.directory} --format ctranslate2 "
+                                 "first (or give --ctranslate2-model).")
+            return CTranslate2Translator.from_request(request, folder, self.command)
+        Translator.refuse_unsupported(request.engine_options(self.command))
+        if model is None:
+            model = self.load_model()
+        return Translator.from_request(
+            request, model, tokenizer if tokenizer is not None else self.run.vocabulary(),
+            max_input_length or self.run.config.max_length, self.command)
+
+    # -- the line on standard error -----------------------------------------------------------
+    def describe(self):
+        """One line: what decodes, each value and where it came from when not the default
+        (in brackets, as the training settings' effective config), e.g. "decoding with
+        averaged.keras (average of the last 5 checkpoints) [run]: beam_size 4 [run], alpha
+        1.0 [run], precision bfloat16, batch_size 64, engine tensorflow; run: chosen by the
+        main job, on val (a flag overrides it); bf16: this CPU has avx512_bf16; --precision
+        float32 restores float32"."""
+        request, command = self.request, self.command
+        if request.engine == "ctranslate2":
+            label = f"the CTranslate2 export {self.ctranslate2_folder()}"
+        else:
+            path, source = self.model_file()
+            label = str(path) if source in (FLAG, GIVEN) else (
+                path.name if path is not None else "the members' models")
+            if source == RUN and self.choice.get("weights"):
+                label += f" ({self.choice['weights']})"
+            if source != DEFAULT:
+                label += f" [{source}]"
+        precision, reason = (self.precision if request.applies("precision", command)
+                             else (None, None))
+        items = []
+        for name, meta in fields().items():
+            if name in ("model", "ctranslate2_model", "prefixes") or not meta["commands"] \
+                    or not request.applies(name, command):
+                continue
+            value = precision if name == "precision" and precision else getattr(request, name)
+            if value is None or value is False or (name == "precision" and not precision):
+                continue  # off switches, and what another engine does not compute
+            source = self.sources.get(name)
+            items.append(f"{name} {value}" + (f" [{source}]" if source else ""))
+        verb = {SCORE: "scoring", EXPORT: "exporting", PARSE: "parsing"}.get(
+            command, {SEARCH: "decoding", SAMPLE: "sampling"}[request.mode])
+        line = f"{verb} with {label}: {', '.join(items)}"
+        if RUN in self.sources.values():
+            line += (f"; run: chosen by {self.chosen_by or 'an earlier command'}"
+                     " (a flag overrides it)")
+        return line + (f"; {reason}" if reason else "")

@@ -1,0 +1,1 @@
+"""The decoding engines under one text layer (see `keras_transformer.decoding`)."""

@@ -1,0 +1,1 @@
+"""The file-level jobs of the decoding commands (see `keras_transformer.decoding`)."""

@@ -1,0 +1,1 @@
+"""The graph search bodies, one per mode (see `keras_transformer.decoding`)."""
