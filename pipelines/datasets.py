@@ -78,6 +78,19 @@ def has_split(dataset, split, *_, text_files=None, **__):
     return dataset != "text" or bool((text_files or {}).get(split, (None, None))[0])
 
 
+def check_has_pairs(dataset, split, *_, text_files=None, **__):
+    """Refuses a "text" split whose files have no pair to read (empty, or every pair with an
+    empty side) or are missing: DataError naming them. It reads up to the first pair, so that
+    a job can check its data before it writes anything (`where` as for `load_pairs`). Other
+    datasets, and a "text" dataset without files for the split, pass."""
+    _check(dataset, split)
+    src, tgt = (text_files or {}).get(split, (None, None))
+    if dataset == "text" and src and tgt:
+        from pipelines import sources
+
+        sources.check_has_pairs(src, tgt)
+
+
 def vocabulary_symbols(dataset, source_dir=None):
     """Tokens that must each be one vocabulary piece: every bracket and POS tag for "ptb"."""
     if dataset != "ptb":

@@ -5,12 +5,13 @@
 - `wmt14(split, src_lang, tgt_lang)`: tensorflow-datasets' own `wmt14_translate` builders.
 
 Every source checks its input before training starts: a missing file, files of different line
-counts or invalid UTF-8 raise a `DataError` that names the file (and line); empty pairs are
-skipped and counted.
+counts, invalid UTF-8 or files with no pair to read (empty, or every pair with an empty side)
+raise a `DataError` that names the file (and line); empty pairs are skipped and counted.
 """
 
 import dataclasses
 import gzip
+import itertools
 import logging
 import os
 import pathlib
@@ -35,8 +36,42 @@ def _open_text(path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def no_pairs(src_path, tgt_path, src_lines, tgt_lines):
+    """The DataError of parallel files with no pair to read, given their line counts."""
+    empty = [str(path) for path, lines in ((src_path, src_lines), (tgt_path, tgt_lines))
+             if not lines]
+    if empty:
+        what = f"{' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty"
+    elif src_lines == tgt_lines:
+        what = (f"each of the {src_lines} lines of {src_path} and {tgt_path} has an empty "
+                "side (such pairs are skipped)")
+    else:
+        what = (f"no line pair of {src_path} ({src_lines} lines) and {tgt_path} ({tgt_lines}) has "
+                "text on both sides (such pairs are skipped)")
+    return DataError(f"No sentence pairs to read: {what}. Give line-aligned files with at "
+                     "least one pair of non-empty lines (one sentence per line).")
+
+
+def check_has_pairs(src_path, tgt_path):
+    """Reads both files up to their first pair with text on both sides: a cheap check, made
+    before anything is written, that the full read (`check_parallel_files`) will find one.
+
+    Raises:
+        DataError naming the files: missing, or with no pair to read (`no_pairs`).
+    """
+    lines = [0, 0]
+    with _open_text(src_path) as src, _open_text(tgt_path) as tgt:
+        for src_line, tgt_line in itertools.zip_longest(src, tgt, fillvalue=b""):
+            lines[0] += bool(src_line)
+            lines[1] += bool(tgt_line)
+            if src_line.strip() and tgt_line.strip():
+                return
+    raise no_pairs(src_path, tgt_path, *lines)
+
+
 def check_parallel_files(src_path, tgt_path):
-    """Streams both files once: equal line counts, valid UTF-8, empty pairs counted.
+    """Streams both files once: equal line counts, valid UTF-8, empty pairs counted, at least
+    one pair kept.
 
     Returns:
         SourceStats.
@@ -75,6 +110,8 @@ def check_parallel_files(src_path, tgt_path):
                 stats.pairs += 1
             else:
                 stats.empty_skipped += 1
+    if not stats.pairs:
+        raise no_pairs(src_path, tgt_path, line, line)
     return stats
 
 

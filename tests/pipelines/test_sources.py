@@ -1,5 +1,6 @@
 import gzip
 import logging
+import re
 import subprocess
 import sys
 
@@ -125,3 +126,26 @@ def test_preparing_multi30k_into_a_log_writes_no_redrawn_bars(tmp_path, shared_d
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == "1014", result.stdout
     assert "\r" not in result.stderr and "\x1b[A" not in result.stderr, result.stderr
+
+
+def test_files_with_no_pair_to_read_are_named(tmp_path):
+    from pipelines import datasets
+
+    empty_src, empty_tgt = write(tmp_path / "e.en", [], raw=b""), write(tmp_path / "e.de", [],
+                                                                         raw=b"")
+    blank = write(tmp_path / "blank.en", ["", "  ", ""])
+    text = write(tmp_path / "text.de", ["eins", "zwei", "drei"])
+    is_empty = re.escape(f"No sentence pairs to read: {empty_src} and {empty_tgt} are empty")
+    one_side = re.escape(f"each of the 3 lines of {blank} and {text} has an empty side")
+    for check in (sources.check_parallel_files, sources.read_parallel_text,
+                  sources.check_has_pairs):  # the full read, the plain one, the first pair
+        with pytest.raises(DataError, match=is_empty):
+            check(empty_src, empty_tgt)
+        with pytest.raises(DataError, match=one_side):
+            check(blank, text)
+    # The registry's check reads a "text" split's files; other datasets pass unread.
+    text_files = {"train": (str(text), str(text)), "dev": (str(empty_src), str(empty_tgt))}
+    datasets.check_has_pairs("text", "train", text_files=text_files)
+    with pytest.raises(DataError, match=is_empty):
+        datasets.check_has_pairs("text", "dev", text_files=text_files)
+    datasets.check_has_pairs("multi30k", "dev", text_files=text_files)
