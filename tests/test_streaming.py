@@ -117,3 +117,40 @@ def test_evaluate_split_translates_a_window_at_a_time_from_an_iterator(tmp_path)
     assert output.read_text(encoding="utf-8") == "".join(line + "\n" for line in lines)
     assert result["sacrebleu"] == 100.0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hyp.txt"]
+
+
+def test_empty_inputs_give_empty_outputs(tiny_run, tmp_path, capsys, monkeypatch):
+    """translate and score of empty files: an empty output file (0 lines), exit status 0, no
+    resumable record left; to standard output: nothing."""
+    import io
+
+    from keras_transformer import cli
+
+    source, target = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    source.write_bytes(b"")
+    target.write_bytes(b"")
+    run = ["--run-dir", str(tiny_run), "--precision", "float32"]
+    translations, scores = tmp_path / "hyp.txt", tmp_path / "scores.txt"
+    assert cli.main(["translate", *run, "--input", str(source), "--output",
+                     str(translations)]) == 0
+    assert f"wrote 0 translations to {translations}" in capsys.readouterr().err
+    assert cli.main(["score", *run, "--src", str(source), "--tgt", str(target), "--output",
+                     str(scores)]) == 0
+    assert f"wrote the scores of 0 pairs to {scores}" in capsys.readouterr().err
+    assert translations.read_bytes() == scores.read_bytes() == b""
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "hyp.txt", "scores.txt", "src.txt", "tgt.txt"]
+
+    assert cli.main(["score", *run, "--src", str(source), "--tgt", str(target)]) == 0
+    assert capsys.readouterr().out == ""
+
+    class Stdin:  # an empty pipe
+        buffer = io.BytesIO(b"")
+
+        @staticmethod
+        def isatty():
+            return False
+
+    monkeypatch.setattr("sys.stdin", Stdin())
+    assert cli.main(["translate", *run]) == 0
+    assert capsys.readouterr().out == ""

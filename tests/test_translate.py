@@ -127,6 +127,40 @@ def test_evaluate_refuses_a_file_that_is_not_utf8_before_decoding(tiny_run, tmp_
     assert not output.exists()
 
 
+def test_evaluate_refuses_an_empty_test_set_before_decoding(tiny_run, tmp_path, capsys):
+    from keras_transformer import cli
+
+    source, reference = tmp_path / "src.txt", tmp_path / "ref.txt"
+    source.write_bytes(b"")
+    reference.write_bytes(b"")
+    output = tmp_path / "hyp.txt"
+    status = cli.main(["evaluate", "--run-dir", str(tiny_run), "--src", str(source), "--ref",
+                       str(reference), "--output", str(output)])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert (f"keras-transformer evaluate: error: {source} and {reference} are empty: BLEU of no "
+            "sentences is undefined. Give a test set of at least one line") in err
+    assert "decoding with" not in err  # refused before the model loads
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ref.txt", "src.txt"]
+
+
+def test_evaluate_split_refuses_no_sentences_before_writing(tmp_path):
+    from keras_transformer.errors import InputError
+    from keras_transformer.evaluation.evaluate import evaluate_split
+
+    class Untouched:
+        def translate(self, texts, progress=None):
+            raise AssertionError("nothing should be translated")
+
+    output = tmp_path / "hyp.txt"
+    for sources in ([], iter([])):
+        with pytest.raises(InputError, match="Nothing to evaluate: the test set has no "
+                           "sentences, and BLEU of no sentences is undefined"):
+            evaluate_split(Untouched(), sources, [], lang="de", output=output,
+                           alignments=tmp_path / "hyp.align.txt", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_translate_with_xla_gives_the_same_translations(tiny_run, tmp_path):
     from keras_transformer import cli

@@ -50,6 +50,10 @@ def evaluate(args):
         if count != len(references):
             raise InputError(f"{args.src} has {count} lines but {args.ref} has "
                              f"{len(references)}.")
+        if not count:  # named here, before the model loads (evaluate_split refuses it too)
+            raise InputError(f"{args.src} and {args.ref} are empty: BLEU of no sentences is "
+                             "undefined. Give a test set of at least one line (one sentence "
+                             "per line).")
         sources = checked_lines(args.src)  # read again, a window at a time
     engine, decoder = engine_for(args, EVALUATE)
     request, config = decoder.request, decoder.run.config
@@ -137,9 +141,9 @@ def register(commands):
         "alpha chosen for the run (saved in RUN_DIR/decoding.json by the main job or "
         f"`average`), else beam {DEFAULTS['beam_size']}, alpha {DEFAULTS['alpha']}; maximum "
         f"length input + {DEFAULTS['extra_length']}. Says on standard error which values it "
-        "used and where each came from. Empty lines give empty lines; inputs longer than the "
-        "run's max_length (subword tokens) are truncated with a warning. A killed run with "
-        "--output goes on after the lines already done.",
+        "used and where each came from. Empty lines give empty lines (an empty input, an empty "
+        "output); inputs longer than the run's max_length (subword tokens) are truncated with "
+        "a warning. A killed run with --output goes on after the lines already done.",
     )
     add_run_flags(parser)
     add_io_flags(parser)
@@ -155,7 +159,9 @@ def register(commands):
         "tokenized BLEU with compound splitting, and BLEU in the Multi30k literature "
         "convention (lowercased, Moses-normalized and -tokenized text against the official "
         "*.lc.norm.tok.* references when the split has them, else the references normalized "
-        "the same way). Only sacreBLEU is comparable across papers and tools.",
+        "the same way). Only sacreBLEU is comparable across papers and tools. An empty test set "
+        "is refused (exit status 2) before anything is decoded: BLEU of no sentences is "
+        "undefined.",
     )
     add_run_flags(parser)
     add_flags(parser, EVALUATE)

@@ -19,7 +19,8 @@ EXPLAINED = ("For each pair it prints the target's total log-probability under t
              "log-probability; exp(-mean) is the pair's perplexity), tab-separated, or as a "
              "JSON line {\"log_prob\": ..., \"tokens\": ..., \"mean\": ...} with --json. No "
              "length penalty, no search. A pair whose line is not valid UTF-8 gives an empty "
-             "line (one output line per pair) and the command fails at the end naming it.")
+             "line (one output line per pair) and the command fails at the end naming it. Empty "
+             "files give an empty output (0 pairs).")
 
 
 def score(args):

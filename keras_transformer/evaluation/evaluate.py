@@ -4,6 +4,7 @@
 import contextlib
 import pathlib
 
+from keras_transformer.errors import InputError
 from keras_transformer.evaluation.bleu import score
 from keras_transformer.decoding.jobs.streaming import window_size
 from keras_transformer.decoding.jobs.textio import windows
@@ -43,9 +44,16 @@ def evaluate_split(translator, sources, references, *, lang, official_references
     Returns:
         `bleu.score`'s dict: sacreBLEU, chrF, tokenized and literature BLEU, signatures, and
         "lines", the scores as printable lines.
+
+    Raises:
+        InputError: no references (an empty test set), before anything is written.
     """
     from pipelines.progress import progress_bar
 
+    if not references:  # before anything is translated or written
+        raise InputError("Nothing to evaluate: the test set has no sentences, and BLEU of no "
+                         "sentences is undefined. Give a test set of at least one sentence "
+                         "pair.")
     if hasattr(sources, "__len__") and len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources for {len(references)} references.")
     hypotheses = []
