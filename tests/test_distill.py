@@ -137,6 +137,23 @@ def test_distillation_refuses_what_it_decides_and_runs_that_are_not_students(tmp
     assert "was not distilled" in capsys.readouterr().err
 
 
+def test_a_teacher_whose_training_sources_are_empty_is_refused_before_anything_is_written(
+        run_copy, tmp_path, capsys):
+    """Files emptied since the teacher trained: refused naming them, and the student run is
+    not started (the same command with other teachers is not refused as another's student)."""
+    config = json.loads((run_copy / "config.json").read_text(encoding="utf-8"))
+    empty_src, empty_tgt = tmp_path / "train.src", tmp_path / "train.tgt"
+    empty_src.write_bytes(b"")
+    empty_tgt.write_bytes(b"")
+    config["data"].update(train_src=str(empty_src), train_tgt=str(empty_tgt))
+    (run_copy / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    student = tmp_path / "student"
+    assert distill("--teacher", run_copy, *student_flags(student)) == 2
+    assert (f"keras-transformer distill: error: No sentence pairs to read: {empty_src} and "
+            f"{empty_tgt} are empty. Give line-aligned files") in capsys.readouterr().err
+    assert not student.exists() or {p.name for p in student.iterdir()} <= {".lock"}
+
+
 @pytest.mark.slow  # uses the trained teacher
 def test_the_teachers_search_is_its_saved_choice_and_several_teachers_decode_as_an_ensemble(
         teacher, tmp_path):

@@ -51,6 +51,35 @@ def test_cli_rejects_bad_config_with_exit_code_2(tmp_path, capsys):
     assert "unknown config key 'warmup'" in capsys.readouterr().err
 
 
+def test_empty_text_files_are_refused_naming_them_before_anything_is_written(toy_corpus,
+                                                                           tmp_path, capsys):
+    from keras_transformer import cli
+
+    empty_src, empty_tgt = tmp_path / "empty.src", tmp_path / "empty.tgt"
+    empty_src.write_bytes(b"")
+    empty_tgt.write_bytes(b"")
+    blank = tmp_path / "blank.src"
+    blank.write_text("\n  \n", encoding="utf-8")
+    train, dev = (toy_corpus["train.src"], toy_corpus["train.tgt"]), (toy_corpus["dev.src"],
+                                                                     toy_corpus["dev.tgt"])
+    for (train_src, train_tgt), (dev_src, dev_tgt), message in (
+            ((empty_src, empty_tgt), dev, f"{empty_src} and {empty_tgt} are empty"),
+            (train, (empty_src, dev[1]), f"{empty_src} is empty"),
+            (train, (blank, empty_tgt), f"{empty_tgt} is empty"),
+            ((blank, blank), dev, f"each of the 2 lines of {blank} and {blank} has an empty "
+             "side (such pairs are skipped)")):
+        output_dir = tmp_path / "run"
+        assert cli.main(["train", "--preset", "tiny", "--dataset", "text", "--train-src",
+                         str(train_src), "--train-tgt", str(train_tgt), "--dev-src",
+                         str(dev_src), "--dev-tgt", str(dev_tgt), "--vocab-size", "400",
+                         "--output-dir", str(output_dir), "--verbose", "0"]) == 2
+        err = capsys.readouterr().err
+        assert (f"keras-transformer train: error: No sentence pairs to read: {message}. Give "
+                "line-aligned files with at least one pair of non-empty lines") in err
+        # Nothing of a run: the same command with the files corrected is a new run.
+        assert not output_dir.exists() or {p.name for p in output_dir.iterdir()} <= {".lock"}
+
+
 @pytest.mark.slow
 def test_nan_loss_stops_training_with_a_clear_message():
     model = Transformer.from_preset("tiny", vocab_size=20)

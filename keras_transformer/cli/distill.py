@@ -21,7 +21,9 @@ def register(commands):
         "teachers in the student's config, and trains the student on it with the settings "
         "below (by default the multi30k-tiny preset, the teacher's vocabulary size and "
         "max_length). Every stage resumes: run the same command again after a stop. "
-        "Exit status 75 as for train (preempted after a checkpoint).",
+        "A teacher whose own training or dev files have no sentence pair to read is refused "
+        "before anything is written. Exit status 75 as for train (preempted after a "
+        "checkpoint).",
     )
     parser.add_argument("--teacher", nargs="+", required=True, metavar="RUN",
                         help="the teacher: a run directory or an ensemble's; several are decoded "

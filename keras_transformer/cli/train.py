@@ -20,7 +20,9 @@ def register(commands, config_class=None):
         "(only the flags given are compared with them; a run that stopped early trains on only "
         "with --continue-stopped). On SIGTERM or SIGINT (preemption) it "
         "finishes the step, saves a checkpoint and exits with status 75; a second process "
-        "writing the same run is refused (docs/reliability.md).",
+        "writing the same run is refused (docs/reliability.md). With --dataset text, training or "
+        "dev files with no sentence pair to read (empty, or every pair with an empty side) "
+        "are refused, naming them, before anything is written.",
     )
     train.add_argument("--config", help="YAML or JSON file with the settings below, by "
                        "section (model:, data:, optimization:, run:) or as flat keys; flags "

@@ -24,7 +24,8 @@ Three stages, each resumable by running the same call again:
 
 The student's config.json records the teachers (absolute directories), the sha256 of each
 decoded run's config.json and the decoding used (the `distill` section of `TrainConfig`), and is
-written before the translation starts. A student that resumes keeps that record: once its
+written before the translation starts; a teacher whose own text files have no pair to read
+(`check_corpus`) is refused before it. A student that resumes keeps that record: once its
 corpus is complete the teachers are not read again; while it is not, the teachers must still
 be the recorded ones, decoding as recorded (RunError otherwise: a corpus is made by one
 teacher).
@@ -98,6 +99,8 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
             job = TranslationJob(teachers, beam_size, alpha, batch_size, precision)
             if saved is not None:
                 job.check_recorded(saved)
+            else:  # a teacher's corpus with nothing to copy is refused before the record
+                check_corpus(job.teacher.config)
             config = student_config(requested, student, saved or job.teacher.config,
                                     job.record())
             config = student.save_config(student.config_for(config))  # the record, first
@@ -172,6 +175,17 @@ def student_config(requested, student, basis, record=None):
     config = requested.replaced(**values)
     config.sources.update(dict.fromkeys(values, DISTILL))
     return config
+
+
+def check_corpus(teacher_config):
+    """DataError naming the teacher's own text files (its training sources, its dev pairs)
+    when they have no pair to read (empty, or every pair with an empty side): a student run
+    that records such a teacher could never be made. Reads up to each split's first pair."""
+    from pipelines import datasets
+
+    for split in ("train", "dev"):
+        datasets.check_has_pairs(teacher_config.dataset, split,
+                                 **teacher_config.data_arguments())
 
 
 def copy_corpus(teacher_config, student, config):

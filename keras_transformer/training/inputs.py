@@ -28,6 +28,18 @@ def on_tensorflow():
     return keras.backend.backend() == "tensorflow"
 
 
+def check_data(config):
+    """The run's own text files ("text" dataset), checked before anything is written into the
+    run: a training or dev split whose files have no pair to read (empty, or every pair with
+    an empty side) is refused naming them (DataError), before the run's config is saved (a
+    run saved with the wrong files would refuse the corrected ones) and before training
+    starts (a dev set of nothing would score a loss of 0). Reads up to each split's first pair.
+    Training from prepared data (`prepared_data`) reads no training files."""
+    where = config.data_arguments()
+    for split in ("dev",) if config.prepared_data else ("train", "dev"):
+        datasets.check_has_pairs(config.dataset, split, **where)
+
+
 def training_data(run, config, chief, adopt=None):
     """The run's prepared training data and vocabulary: `config.prepared_data` if given (a
     prepared folder, e.g. carried to a machine without the corpus), else the cache's (prepared

@@ -26,8 +26,9 @@ from keras_transformer.runs.start import RunStart
 from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint,
                                                   Progress, StopAt, TrainingError, Validation)
 from keras_transformer.training.early_stopping import EarlyStopping
-from keras_transformer.training.inputs import (TokenCounter, batches_per_step, dev_data,
-                                               on_tensorflow, train_batches, training_data)
+from keras_transformer.training.inputs import (TokenCounter, batches_per_step, check_data,
+                                               dev_data, on_tensorflow, train_batches,
+                                               training_data)
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import paper_optimizer
 from keras_transformer.training.preemption import CheckpointOnSignal
@@ -76,6 +77,7 @@ def _train(requested, held, continue_stopped):
     # How the run starts (new, resumed, or from a parent's weights) is decided here, once.
     start = RunStart.decide(requested)
     run, config = start.run, start.config
+    check_data(config)  # empty text files are refused before anything is written
     keras.mixed_precision.set_global_policy(config.precision)
     strategy = make_strategy(config.strategy, config.num_replicas)
     chief = is_chief(strategy)
