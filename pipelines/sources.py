@@ -46,8 +46,8 @@ def no_pairs(src_path, tgt_path, src_lines, tgt_lines):
         what = (f"each of the {src_lines} lines of {src_path} and {tgt_path} has an empty "
                 "side (such pairs are skipped)")
     else:
-        what = (f"no line pair of {src_path} ({src_lines} lines) and {tgt_path} ({tgt_lines}) has "
-                "text on both sides (such pairs are skipped)")
+        what = (f"no line pair of {src_path} ({src_lines} lines) and {tgt_path} "
+                f"({tgt_lines}) has text on both sides (such pairs are skipped)")
     return DataError(f"No sentence pairs to read: {what}. Give line-aligned files with at "
                      "least one pair of non-empty lines (one sentence per line).")
 
