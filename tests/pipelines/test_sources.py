@@ -143,6 +143,10 @@ def test_files_with_no_pair_to_read_are_named(tmp_path):
             check(empty_src, empty_tgt)
         with pytest.raises(DataError, match=one_side):
             check(blank, text)
+    longer = write(tmp_path / "longer.de", ["eins", "zwei", "drei", "vier"])
+    with pytest.raises(DataError, match=re.escape(f"no line pair of {blank} (3 lines) and "
+                                                  f"{longer} (4) has text on both sides")):
+        sources.check_has_pairs(blank, longer)  # the full read names the two line counts
     # The registry's check reads a "text" split's files; other datasets pass unread.
     text_files = {"train": (str(text), str(text)), "dev": (str(empty_src), str(empty_tgt))}
     datasets.check_has_pairs("text", "train", text_files=text_files)
