@@ -131,7 +131,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         scores = s["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
         top_scores, top_ids = ops.top_k(ops.reshape(scores, (batch, k * vocab)), k=2 * k)
         parents, tokens = top_ids // vocab, top_ids % vocab  # (B, 2K)
-        if phrases is not None:  # and those that advance each beam's phrases: M = 2K + KC
+        if phrases is not None:  # each beam's best and those that advance its phrases
             more = phrases.candidates(s["met"], s["progress"], scores)
             parents, tokens, top_scores = (ops.concatenate([a, b], axis=1) for a, b in
                                            zip((parents, tokens, top_scores), more))
@@ -165,7 +165,8 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             alive_log_probs, keep = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k=k)
         else:  # by dynamic beam allocation across the banks
             growing = ops.logical_and(real, ops.logical_not(is_eos))
-            keep = phrases.allocate(top_scores, phrases.banks(met, progress), growing, k)
+            room = limits - index - 2  # tokens that still fit before EOS
+            keep = phrases.allocate(top_scores, phrases.banks(met, progress), growing, room, k)
             alive_log_probs = ops.where(gather_beams(growing, keep),
                                         gather_beams(top_scores, keep), NEG_INF)
         alive_seq = gather_beams(candidates, keep)

@@ -115,13 +115,18 @@ class PhraseConstraints:
         return ops.where(met, PAD_ID, tokens)
 
     def candidates(self, met, progress, scores):
-        """Per sentence, the continuations that advance each beam's phrases: (parents,
-        tokens, scores), each (B, K * C); `scores` (B, K, V) are the beams' continuation
-        scores (a met phrase's PAD token scores NEG_INF: never chosen)."""
+        """Per sentence, the continuations beyond the 2K best that each beam adds (Post and
+        Vilar's Algorithm 1): its best one, and those that advance its phrases. Returns
+        (parents, tokens, scores), each (B, K + K * C); `scores` (B, K, V) are the beams'
+        continuation scores (a met phrase's PAD token scores NEG_INF: never chosen)."""
         shape = ops.shape(scores)
         batch, beams, vocab = shape[0], shape[1], shape[2]
-        tokens = ops.reshape(self.next_tokens(met, progress), (batch, -1))  # (B, K * C)
-        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases)
+        _, best = ops.top_k(scores, k=1)  # (B, K, 1)
+        # An EOS outside the 2K best ends nothing, as without constraints (PAD: never chosen).
+        best = ops.where(ops.equal(best, EOS_ID), PAD_ID, best)
+        tokens = ops.concatenate([best, self.next_tokens(met, progress)], axis=2)
+        tokens = ops.reshape(tokens, (batch, -1))  # (B, K * (1 + C))
+        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 1)
         parents = ops.zeros_like(tokens) + parents[None, :]
         flat = ops.reshape(scores, (batch, -1))
         return parents, tokens, ops.take_along_axis(flat, parents * vocab + tokens, axis=1)
@@ -144,15 +149,23 @@ class PhraseConstraints:
         met_tokens = ops.sum(ops.where(met, self.lengths[:, None, :], 0), axis=2)
         return met_tokens + ops.max(progress, axis=2, initial=0)
 
-    def allocate(self, scores, banks, valid, beam_size):
+    def allocate(self, scores, banks, valid, room, beam_size):
         """Dynamic beam allocation, vectorized: the beam_size candidates to keep alive, (B, K)
-        indices into the M candidates (scores, banks: (B, M); valid: (B, M) bool).
+        indices into the M candidates (scores, banks: (B, M); valid: (B, M) bool; room: (B,)
+        tokens each sentence's hypotheses may still add before EOS).
 
         Each candidate is ranked by score within its bank; candidates are taken by rank, the
         higher bank first at equal rank (a round-robin over the banks), so that hypotheses
         that met more constraint tokens keep slots against better-scored ones that met fewer.
+        Those that can no longer fit their missing tokens in the room left come last (they
+        keep only slots nobody else wants), so that the beams that end at the length limit
+        are, where possible, hypotheses that met every phrase.
         """
         ranks = candidate_ranks(scores, banks, valid)
         keys = ops.cast(banks, "float32") - ops.cast(ranks, "float32") * self.num_banks
+        missing = ops.sum(self.lengths, axis=1)[:, None] - banks  # a lower bound
+        hopeless = missing > room[:, None]
+        keys = ops.where(hopeless, keys - self.num_banks * ops.cast(ops.shape(scores)[1] + 1,
+                                                                    "float32"), keys)
         _, keep = ops.top_k(ops.where(valid, keys, NEG_INF), k=beam_size)
         return keep
