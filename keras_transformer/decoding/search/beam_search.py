@@ -16,6 +16,11 @@ the largest length penalty it could still reach, cannot beat the lowest finished
 pool, or when it reaches its maximum length (EOS is forced there). The loop ends when every
 sentence is done.
 
+With constraints (phrases every output must contain; `constraints`, after Post and Vilar,
+2018), each step also considers each beam's best continuation and those that advance its
+phrases, a hypothesis may end only once it has met them all, and the alive beams are chosen by
+dynamic beam allocation across banks (constraint tokens met) rather than by score alone.
+
 `translate_beam` is this mode's one body on a model (prefix, n-best and empty-row rules
 inside); `Translator` (through `compiled_beam_search`), the SavedModel signatures and the TFLite
 graph all run it.
