@@ -25,7 +25,8 @@ HEAVY_FILES = {
     "tests/test_search_jax.py": 58, "tests/runs/test_run.py": 57,
     "tests/runs/test_old_runs.py": 49, "tests/test_preemption.py": 45,
     "tests/test_early_stopping.py": 44, "tests/test_search.py": 43, "tests/test_loading.py": 43,
-    "tests/test_tensorboard.py": 42, "tests/runs/test_parent.py": 33,
+    "tests/test_tensorboard.py": 42, "tests/test_constraints.py": 34,
+    "tests/runs/test_parent.py": 33,
     "tests/test_main_job.py": 31, "tests/test_gpu_benchmark.py": 30,
     "tests/test_bf16_training.py": 30, "tests/test_parsing.py": 29,
 }

@@ -8,6 +8,8 @@ Its rooms are floors, each importing only from those above it in this list:
                       (Translator, SavedModel, TFLite):
         greedy.py         greedy search; translate_greedy
         beam_search.py    beam search with the GNMT length penalty (Section 6.1)
+        constraints.py    lexical constraints for beam search: phrase tracking, dynamic beam
+                          allocation (Post and Vilar 2018)
         sampling.py       top-k / top-p / temperature sampling
         scoring.py        log P(target | source) of given pairs
         step.py           model_step: the bridge from a Transformer (or an ensemble) to the

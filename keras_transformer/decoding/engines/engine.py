@@ -12,8 +12,10 @@ dicts, and the options are checked against the decoding request's declaration
                                     normalized by the text layer, not truncated)
     _batch_key(source, prefix)   -> (group, order): sentences batch together within a group,
                                     sorted by order (default: one group, by source length)
-    _searcher(nbest, alignments) -> f(sources, prefixes) -> [[(text, score), ...] per row]
-                                    (with alignments: (text, score, Pharaoh string) triples)
+    _searcher(nbest, alignments) -> f(sources, prefixes[, constraints]) -> [[(text, score),
+                                    ...] per row] (with alignments: (text, score, Pharaoh
+                                    string) triples); constraints, passed only when asked
+                                    for: per row a list of phrases' target rows
     _sampler(**sampling)         -> the same for random samples
     _scorer()                    -> f(sources, targets) -> [(log_prob, tokens) per row]
     _aligner()                   -> f(sources, targets) -> [Pharaoh string per row]
@@ -21,7 +23,9 @@ dicts, and the options are checked against the decoding request's declaration
 
 An engine declares what it supports beyond the text layer in `SUPPORTS` (names of the
 request's options); asking for an option it lacks is refused by name in one place,
-`refuse_unsupported`. Word alignments (the `alignments` option, `decoding.search.alignment`): an
+`refuse_unsupported`. Lexical constraints (the `constraints` option,
+`decoding.search.constraints`): phrases each translation must contain, checked and encoded
+here like prefixes. Word alignments (the `alignments` option, `decoding.search.alignment`): an
 engine that declares them returns, from its searcher, (text, score, alignment) triples, and
 from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
@@ -54,7 +58,8 @@ class Engine:
                              f"{', '.join(lacking)} yet{other}.")
 
     # -- the Python API ------------------------------------------------------------------------
-    def translate(self, sentences, nbest=False, progress=None, prefixes=None, alignments=False):
+    def translate(self, sentences, nbest=False, progress=None, prefixes=None, alignments=False,
+                  constraints=None):
         """Translates a list of strings; returns strings (or, with nbest, lists of
         (translation, score) pairs, best first). Empty inputs give empty outputs.
 
@@ -65,13 +70,18 @@ class Engine:
             source word - target word, from 0; "" for an empty line): (translation,
             alignment) pairs instead of strings, or with nbest (translation, score,
             alignment) triples, every hypothesis aligned (`decoding.search.alignment`).
+        constraints: None, or one list of phrase strings per sentence ([] for none): every
+            translation of that sentence contains each phrase's subword tokens as a
+            contiguous run, in any order (lexically constrained beam search,
+            `decoding.search.constraints`; a beam of 2 or more). A translation that could not
+            fit them before its length limit comes last, behind those that did.
         """
         options = {"nbest": bool(nbest), "prefixes": prefixes is not None,
-                   "alignments": bool(alignments)}
+                   "alignments": bool(alignments), "constraints": constraints is not None}
         self.refuse_unsupported([name for name, asked in options.items() if asked])
         empty = ("", 0.0, "") if alignments else ("", 0.0)
         results = self._run(sentences, prefixes, self._searcher(nbest, alignments), progress,
-                            empty)
+                            empty, constraints)
         if nbest:
             return results
         return [(r[0][0], r[0][2]) for r in results] if alignments else [r[0][0] for r in results]
@@ -121,19 +131,25 @@ class Engine:
         return results
 
     # -- the text layer ----------------------------------------------------------------------
-    def _run(self, sentences, prefixes, decode_batch, progress, empty=("", 0.0)):
+    def _run(self, sentences, prefixes, decode_batch, progress, empty=("", 0.0),
+             constraints=None):
         """Per sentence, the hypotheses `decode_batch` finds, in input order; [empty] for
-        an empty sentence, which is not decoded."""
+        an empty sentence, which is not decoded. A batch whose sentences have phrases
+        (`constraints`) gets them as its third argument."""
         sentences = [_normalized(s) for s in sentences]
         prefix_rows = self._prefix_rows(sentences, prefixes)
+        phrase_rows = self._phrase_rows(sentences, constraints)
         results = [[empty] if not s else None for s in sentences]
         todo = [i for i, s in enumerate(sentences) if s]
         encoded = dict(zip(todo, self.encode([sentences[i] for i in todo]))) if todo else {}
         keys = {i: self._batch_key(encoded[i], prefix_rows and prefix_rows[i]) for i in todo}
         order = sorted(todo, key=lambda i: keys[i])
         for chunk in self._chunks(order, keys):
-            found = decode_batch([encoded[i] for i in chunk],
-                                 None if prefix_rows is None else [prefix_rows[i] for i in chunk])
+            inputs = [[encoded[i] for i in chunk],
+                      None if prefix_rows is None else [prefix_rows[i] for i in chunk]]
+            if phrase_rows is not None and any(phrase_rows[i] for i in chunk):
+                inputs.append([phrase_rows[i] for i in chunk])
+            found = decode_batch(*inputs)
             for i, hypotheses in zip(chunk, found):
                 results[i] = hypotheses
             if progress is not None:
@@ -150,6 +166,25 @@ class Engine:
         if not any(p and p.strip() for p in prefixes):
             return None
         return self.encode_targets(_normalized_targets(prefixes))
+
+    def _phrase_rows(self, sentences, constraints):
+        """The constraints' rows: per sentence a list of phrases' target rows (None when
+        there are no constraints)."""
+        if constraints is None:
+            return None
+        if len(constraints) != len(sentences):
+            raise InputError(f"constraints must give one list of phrases per sentence: "
+                             f"{len(sentences)} sentences, {len(constraints)} lists.")
+        for number, phrases in enumerate(constraints):
+            if isinstance(phrases, str) or not all(isinstance(p, str) for p in phrases):
+                raise InputError(f"the constraints of sentence {number} must be a list of "
+                                 f"strings, not {phrases!r}.")
+            if not all(p.strip() for p in phrases):
+                raise InputError(f"the constraints of sentence {number} hold an empty "
+                                 f"phrase: {list(phrases)!r}.")
+        flat = [p for phrases in constraints for p in phrases]
+        rows = iter(self.encode_targets(_normalized_targets(flat)) if flat else [])
+        return [[next(rows) for _ in phrases] for phrases in constraints]
 
     def _chunks(self, order, keys):
         """Up to batch_size consecutive sentences of `order` that share a group."""

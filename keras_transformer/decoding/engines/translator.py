@@ -10,6 +10,7 @@ module holds the id-level part: ids in, the compiled searches, ids out.
     translator.sample(["A dog runs."], num_samples=3, top_p=0.9, seed=1)
     translator.score(["A dog runs."], ["Ein Hund rennt."])      # log P(target | source)
     translator.translate(["A dog runs."], alignments=True)      # [(text, "0-0 1-1 2-2")]
+    translator.translate(["A dog runs."], constraints=[["Hund"]])  # phrases in the output
 
 The translator decodes in bfloat16 on CPUs with bf16 units and in float32 elsewhere
 (`precision="auto"`, see `decoding.engines.precision`); `precision="float32"` decodes in float32 (with
@@ -31,6 +32,7 @@ from keras_transformer.decoding.search.sampling import compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.defaults import MAX_LENGTH
+from keras_transformer.errors import InputError
 from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
 from pipelines.vocabulary import Vocabulary
@@ -72,7 +74,8 @@ class Translator(Engine):
     NAME = "tensorflow"
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
-                          "num_samples", "precision", "xla", "score", "alignments"})
+                          "num_samples", "precision", "xla", "score", "alignments",
+                          "constraints"})
 
     def __init__(self, model, tokenizer, beam_size=DEFAULTS["beam_size"],
                  alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH,
@@ -93,9 +96,12 @@ class Translator(Engine):
         self._search = self._compile_search(with_prefix=False)
         self._compiled = {}  # the searches compiled on first use: prefixes, sampling, scoring
 
-    def _compile_search(self, with_prefix):
+    def _compile_search(self, with_prefix, with_constraints=False):
         options = dict(extra_length=self.extra_length, jit_compile=self.jit_compile,
                        with_prefix=with_prefix)
+        if with_constraints:
+            return compiled_beam_search(self.model, self.beam_size, self.alpha,
+                                        with_constraints=True, **options)
         if self.beam_size > 1:
             return compiled_beam_search(self.model, self.beam_size, self.alpha, **options)
         greedy = compiled_greedy_search(self.model, **options)
@@ -128,10 +134,21 @@ class Translator(Engine):
         kwargs.setdefault("max_input_length", run.config.max_length)
         return cls(model, run.vocabulary(), **kwargs)
 
-    def search_ids(self, source_ids, prefix_ids=None):
+    def search_ids(self, source_ids, prefix_ids=None, constraint_ids=None):
         """The search on a batch of id rows ((N, S) int32, EOS-terminated, 0-padded, e.g. from
-        `encode`) [and of prefix rows ((N, P) int32, 0-padded)]: {"ids": (N, K, T) hypotheses
-        best first, "scores": (N, K)}, K = 1 for greedy search."""
+        `encode`) [and of prefix rows ((N, P) int32, 0-padded)] [and of constraints ((N, C, L)
+        int32 phrases, 0-padded, `decoding.search.constraints`; beam search only)]:
+        {"ids": (N, K, T) hypotheses best first, "scores": (N, K)}, K = 1 for greedy
+        search."""
+        if constraint_ids is not None:
+            if self.beam_size < 2:
+                raise InputError("constraints need beam search: use a beam of 2 or more.")
+            with_prefix = prefix_ids is not None
+            search = self._compiled_once(("constraints", with_prefix), lambda: (
+                self._compile_search(with_prefix, with_constraints=True)))
+            self._follow_training()
+            return search(source_ids, constraint_ids,
+                          *([prefix_ids] if with_prefix else []))
         self._follow_training()
         if prefix_ids is None:
             return self._search(source_ids)
@@ -165,10 +182,11 @@ class Translator(Engine):
 
     # -- id level (see `engine.Engine`) ------------------------------------------------------
     def _searcher(self, nbest, alignments=False):
-        def search(sources, prefixes):
+        def search(sources, prefixes, constraints=None):
             ids = self._padded(sources)
-            outputs = (self.search_ids(ids) if prefixes is None else
-                       self.search_ids(ids, self._padded(prefixes, capped=False)))
+            outputs = self.search_ids(
+                ids, None if prefixes is None else self._padded(prefixes, capped=False),
+                None if constraints is None else self._phrases(constraints))
             hypotheses = self._hypotheses(outputs)
             if not alignments:
                 return hypotheses
@@ -255,6 +273,20 @@ class Translator(Engine):
         max_input_length, `capped`)."""
         static = self.jit_compile or not dynamic_shapes()
         return _padded(rows, static, self.max_input_length if capped else None)
+
+    def _phrases(self, rows):
+        """Per row a list of phrases' id lists as one (n, C, L) int32 array, 0-padded to the
+        most phrases and the longest phrase (where the search compiles per shape: C and L
+        rounded up to powers of two, to bound the compilations)."""
+        count = max([len(phrases) for phrases in rows] + [1])
+        width = max([len(phrase) for phrases in rows for phrase in phrases] + [1])
+        if self.jit_compile or not dynamic_shapes():
+            count, width = 1 << (count - 1).bit_length(), 1 << (width - 1).bit_length()
+        array = np.zeros((len(rows), count, width), np.int32)
+        for number, phrases in enumerate(rows):
+            for c, phrase in enumerate(phrases):
+                array[number, c, : len(phrase)] = phrase
+        return array
 
     def _detokenize(self, ids):
         ids = np.asarray(ids)

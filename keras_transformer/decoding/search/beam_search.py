@@ -16,6 +16,11 @@ the largest length penalty it could still reach, cannot beat the lowest finished
 pool, or when it reaches its maximum length (EOS is forced there). The loop ends when every
 sentence is done.
 
+With constraints (phrases every output must contain; `constraints`, after Post and Vilar,
+2018), each step also considers each beam's best continuation and those that advance its
+phrases, a hypothesis may end only once it has met them all, and the alive beams are chosen by
+dynamic beam allocation across banks (constraint tokens met) rather than by score alone.
+
 `translate_beam` is this mode's one body on a model (prefix, n-best and empty-row rules
 inside); `Translator` (through `compiled_beam_search`), the SavedModel signatures and the TFLite
 graph all run it.
@@ -25,10 +30,13 @@ import numpy as np
 from keras import ops, tree
 
 from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.constraints import (
+    INCOMPLETE, PhraseConstraints, first_occurrences)
 from keras_transformer.decoding.search.rules import (
     NEG_INF, finish, mask_special_tokens, prefix_forcing, with_optional_prefix)
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
 from keras_transformer.decoding.request import DEFAULTS
+from keras_transformer.errors import InputError
 from pipelines.special_ids import BOS_ID, EOS_ID
 
 
@@ -45,7 +53,7 @@ def gather_beams(tensor, indices):
 
 
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
-                max_length=None, min_length=None, prefix=None):
+                max_length=None, min_length=None, prefix=None, constraints=None):
     """Batched beam search over a step function.
 
     Args:
@@ -63,10 +71,18 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             (0-padded; a row of zeros is no prefix): while it lasts, only its token may follow,
             and its log-probabilities count in the scores. `limits` must leave room for it
             (`rules.prefix_limits`).
+        constraints: (B, C, L) int32 phrases every hypothesis of sentence b must contain
+            (0-padded; a row of zeros is no phrase; `search.constraints`): a hypothesis may
+            end only once it has met them all; each step also considers the continuations
+            that advance each beam's phrases, and the alive beams are chosen by dynamic beam
+            allocation across banks. A hypothesis forced to end at its limit without them
+            ranks behind every one that met them. `limits` must leave room for them
+            (`constraints.constraint_limits`). None: the search without constraints.
 
     Returns:
         dict with
-          "ids": (B, K, T) int32 hypotheses, best first, each ending with EOS, padded with 0;
+          "ids": (B, K, T) int32 hypotheses, best first (with constraints: those that met
+            them all first), each ending with EOS, padded with 0;
           "scores": (B, K) length-normalized scores (NEG_INF where the pool was not filled);
           "log_probs": (B, K) log P(Y | X).
     """
@@ -91,6 +107,10 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
     )
     best_penalty = length_penalty(limits, alpha)  # the largest penalty a hypothesis can reach
     forced_token = prefix_forcing(prefix)
+    phrases = None if constraints is None else PhraseConstraints(constraints)
+    if phrases is not None:
+        initial["met"], initial["progress"] = phrases.initial(k)  # (B, K, C) each
+        initial["finished_keys"] = initial["finished_scores"]  # the pool's order
 
     def body(s):
         index = s["index"]
@@ -109,44 +129,75 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             other = ops.not_equal(ops.arange(vocab)[None, None, :], token[:, None, None])
             log_probs = ops.where(ops.logical_and(forced[:, None, None], other), NEG_INF,
                                   log_probs)
+        if phrases is not None:  # EOS once every phrase is met
+            log_probs = phrases.block_eos(log_probs, s["met"], at_limit)
 
         # Expand: 2K best (beam, token) continuations per sentence.
         scores = s["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
         top_scores, top_ids = ops.top_k(ops.reshape(scores, (batch, k * vocab)), k=2 * k)
         parents, tokens = top_ids // vocab, top_ids % vocab  # (B, 2K)
+        if phrases is not None:  # each beam's best and those that advance its phrases
+            more = phrases.candidates(s["met"], s["progress"], scores)
+            parents, tokens, top_scores = (ops.concatenate([a, b], axis=1) for a, b in
+                                           zip((parents, tokens, top_scores), more))
         write_here = ops.equal(ops.arange(steps), index)[None, None, :]
         candidates = ops.where(write_here, tokens[:, :, None],
                                gather_beams(s["alive_seq"], parents))  # (B, 2K, T)
         is_eos = ops.equal(tokens, EOS_ID)
         real = ops.logical_and(top_scores > NEG_INF / 2, ops.logical_not(s["done"])[:, None])
+        if phrases is not None:
+            real = ops.logical_and(real, first_occurrences(parents, tokens))
+            met, progress = phrases.advance(gather_beams(s["met"], parents),
+                                            gather_beams(s["progress"], parents), tokens)
 
         # Finished pool: keep the K best of (pool + new EOS hypotheses).
         new_scores = ops.where(ops.logical_and(is_eos, real),
                                top_scores / length_penalty(index + 1, alpha), NEG_INF)
         pool_scores = ops.concatenate([s["finished_scores"], new_scores], axis=1)
-        finished_scores, keep = ops.top_k(pool_scores, k=k)
+        if phrases is None:
+            finished_scores, keep = ops.top_k(pool_scores, k=k)
+        else:  # those that lack phrases (ended at their limit) behind those that met them
+            new_keys = ops.where(ops.all(met, axis=2), new_scores, new_scores + INCOMPLETE)
+            finished_keys, keep = ops.top_k(
+                ops.concatenate([s["finished_keys"], new_keys], axis=1), k=k)
+            finished_scores = gather_beams(pool_scores, keep)
         finished_seq = gather_beams(ops.concatenate([s["finished_seq"], candidates], 1), keep)
         finished_log_probs = gather_beams(
             ops.concatenate([s["finished_log_probs"], top_scores], 1), keep)
 
         # Alive beams: the K best non-EOS continuations; the state follows their parents.
-        alive_log_probs, keep = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k=k)
+        if phrases is None:
+            alive_log_probs, keep = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k=k)
+        else:  # by dynamic beam allocation across the banks
+            growing = ops.logical_and(real, ops.logical_not(is_eos))
+            room = limits - index - 2  # tokens that still fit before EOS
+            keep = phrases.allocate(top_scores, phrases.banks(met, progress), growing, room, k)
+            alive_log_probs = ops.where(gather_beams(growing, keep),
+                                        gather_beams(top_scores, keep), NEG_INF)
         alive_seq = gather_beams(candidates, keep)
         rows = ops.reshape(gather_beams(parents, keep) + ops.arange(batch)[:, None] * k, (-1,))
         state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
         next_tokens = ops.reshape(gather_beams(tokens, keep), (-1,))
 
         # Early termination: nothing alive can still beat the lowest finished score.
-        filled = finished_scores > NEG_INF / 2
-        lowest_finished = ops.min(ops.where(filled, finished_scores, -NEG_INF), axis=1)
+        pool_keys = finished_scores if phrases is None else finished_keys
+        filled = pool_keys > NEG_INF / 2
+        lowest_finished = ops.min(ops.where(filled, pool_keys, -NEG_INF), axis=1)
         lowest_finished = ops.where(filled[:, 0], lowest_finished, NEG_INF)
-        best_alive = alive_log_probs[:, 0] / best_penalty
+        if phrases is None:
+            best_alive = alive_log_probs[:, 0] / best_penalty
+        else:  # the allocation does not sort the alive beams by score
+            best_alive = ops.max(alive_log_probs, axis=1) / best_penalty
         done = ops.logical_or(ops.logical_or(s["done"], lowest_finished >= best_alive),
                               index + 1 >= limits)
-        return dict(index=index + 1, tokens=next_tokens, state=state, alive_seq=alive_seq,
-                    alive_log_probs=alive_log_probs, finished_seq=finished_seq,
-                    finished_scores=finished_scores, finished_log_probs=finished_log_probs,
-                    done=done)
+        new = dict(index=index + 1, tokens=next_tokens, state=state, alive_seq=alive_seq,
+                   alive_log_probs=alive_log_probs, finished_seq=finished_seq,
+                   finished_scores=finished_scores, finished_log_probs=finished_log_probs,
+                   done=done)
+        if phrases is not None:
+            new.update(met=gather_beams(met, keep), progress=gather_beams(progress, keep),
+                       finished_keys=finished_keys)
+        return new
 
     def cond(s):
         return ops.logical_and(s["index"] < steps, ops.logical_not(ops.all(s["done"])))
@@ -159,7 +210,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                    *, prefix=None, num_hypotheses=None, empty_rows=None, static=False,
                    optional_prefix=False, cached=True, extra_length=EXTRA_LENGTH,
-                   max_output_length=None, min_length=None):
+                   max_output_length=None, min_length=None, constraints=None):
     """Beam search of `model`: the one body of this mode (see `search`'s module docstring).
 
     Args:
@@ -178,18 +229,24 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
             the search then runs without the per-step prefix masking (a cond; not in static
             searches).
         cached, extra_length, max_output_length, min_length: as for `search.pick_search`.
+        constraints: (B, C, L) int32 phrases every output of sentence b must contain
+            (0-padded; a row of zeros is no phrase; see `beam_search`); each sentence's
+            output limit grows by its phrases' length. Needs a beam of 2 or more.
 
     Returns:
         the `beam_search` dict ("ids" (B, H, T) best first, "scores", "log_probs" (B, H)),
         ids trimmed unless static.
     """
+    if constraints is not None and isinstance(beam_size, (int, np.integer)) and beam_size < 2:
+        raise InputError("constraints need beam search: use a beam of 2 or more.")
 
     def search(prefix):
         step_fn, state, limits, max_length = prefixed_step(
             model, source_ids, beam_size, static, prefix, cached=cached,
-            extra_length=extra_length, max_output_length=max_output_length)
+            extra_length=extra_length, max_output_length=max_output_length,
+            constraints=constraints)
         return beam_search(step_fn, state, limits, beam_size, alpha, max_length, min_length,
-                           prefix=prefix)
+                           prefix=prefix, constraints=constraints)
 
     result = (with_optional_prefix(search, prefix, static) if optional_prefix
               else search(prefix))
@@ -200,20 +257,27 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
 
 def compiled_beam_search(model, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                          cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
-                         with_prefix=False):
+                         with_prefix=False, with_constraints=False):
     """`translate_beam` compiled once (see `compiling.compile_search` for each backend).
 
     With jit_compile (always under JAX), the search loop is compiled by XLA once per input
     shape (pad inputs to a few widths to bound the compilations): on CPU it runs the whole
     loop without TensorFlow's per-op overhead and updates the caches in place.
 
-    Returns a function: source_ids (B, S) int32 [, prefix (B, P) int32 with with_prefix]
-    -> the `beam_search` dict, ids trimmed (TensorFlow: tensors; JAX: numpy arrays).
+    Returns a function: source_ids (B, S) int32 [, constraints (B, C, L) int32 with
+    with_constraints] [, prefix (B, P) int32 with with_prefix] -> the `beam_search` dict,
+    ids trimmed (TensorFlow: tensors; JAX: numpy arrays).
     """
+    if with_constraints and isinstance(beam_size, (int, np.integer)) and beam_size < 2:
+        raise InputError("constraints need beam search: use a beam of 2 or more.")
 
-    def search(source_ids, static, prefix=None):
+    def search(source_ids, static, *extra):
+        constraints = extra[0] if with_constraints else None
+        prefix = extra[-1] if with_prefix else None
         return translate_beam(model, source_ids, beam_size, alpha, prefix=prefix,
-                              static=static, cached=cached, extra_length=extra_length)
+                              static=static, cached=cached, extra_length=extra_length,
+                              constraints=constraints)
 
-    extra = (((None, None), "int32"),) if with_prefix else ()
+    extra = ((((None, None, None), "int32"),) if with_constraints else ()) + (
+        (((None, None), "int32"),) if with_prefix else ())
     return compile_search(model, search, finish, jit_compile, extra)

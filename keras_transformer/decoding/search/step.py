@@ -21,6 +21,7 @@ stays exact (a value).
 from keras import ops
 
 from keras_transformer.decoding.search.compiling import dynamic_shapes
+from keras_transformer.decoding.search.constraints import constraint_limits
 from keras_transformer.decoding.search.rules import prefix_limits
 from keras_transformer.decoding.request import DEFAULTS
 from pipelines.special_ids import PAD_ID
@@ -121,19 +122,23 @@ def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits):
 
 
 def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cached=True,
-                  extra_length=EXTRA_LENGTH, max_output_length=None):
+                  extra_length=EXTRA_LENGTH, max_output_length=None, constraints=None):
     """`model_step` for a search of `rows_per_sentence` rows per sentence (beams or samples)
-    whose outputs may start with a prefix ((B, P) ids): the limits leave room for the prefix
-    and EOS after it, and with `static` (or a Python int `max_output_length`: every output's
-    limit) the buffers hold a static bound, P more positions with a prefix."""
+    whose outputs may start with a prefix ((B, P) ids) and must contain constraint phrases
+    ((B, C, L) ids, beam search): the limits leave room for the prefix and EOS after it,
+    and for the phrases (their total length more), and with `static` (or a Python int
+    `max_output_length`: every output's limit) the buffers hold a static bound, P (and
+    C x L) more positions with a prefix (constraints)."""
     if max_output_length is None:
         limits = output_limits(source_ids, extra_length)
         bound = static_max_length(source_ids, extra_length) if static else None
     else:
         limits = ops.full((ops.shape(source_ids)[0],), max_output_length, "int32")
         bound = max_output_length
-    limits = prefix_limits(limits, prefix)
+    limits = constraint_limits(prefix_limits(limits, prefix), constraints)
     if bound is not None and prefix is not None:
         bound += ops.shape(prefix)[1]
+    if bound is not None and constraints is not None:
+        bound += ops.shape(constraints)[1] * ops.shape(constraints)[2]
     return model_step(model, source_ids, rows_per_sentence, bound, cached=cached,
                       limits=limits, extra_length=extra_length)

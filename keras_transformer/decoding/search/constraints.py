@@ -1,0 +1,171 @@
+"""Lexical constraints for beam search: phrases every output must contain, tracked per
+hypothesis, and the dynamic beam allocation that keeps room for the hypotheses meeting them.
+
+References:
+    Post and Vilar, 2018, "Fast Lexically Constrained Decoding with Dynamic Beam Allocation
+    for Neural Machine Translation" (the rules: tracking, candidates, banks, allocation).
+    Hu et al., 2019, "Improved Lexically Constrained Decoding for Translation and
+    Monolingual Rewriting" (the vectorized allocation: rank within a bank, then round-robin).
+
+The constraints of a batch are an int32 tensor (B, C, L): per sentence up to C phrases, each a
+row of up to L target ids (no EOS), 0-padded; an all-zero row is no phrase. The phrases are
+unordered: each must appear somewhere as a contiguous run of tokens.
+
+Per hypothesis and phrase the search keeps `met` (the phrase has appeared) and `progress` (how
+many of its tokens the hypothesis ends with, while it is being matched). After a token, each
+unmet phrase
+
+    advances (progress + 1)  if the token is the phrase's next one,
+    starts   (progress = 1)  else if it is the phrase's first one,
+    is abandoned (0)         otherwise (Post and Vilar's rule: no backtracking),
+
+and is met once its progress reaches its length. A hypothesis's bank is the number of
+constraint tokens it has met: the lengths of its met phrases plus its longest progress.
+
+A repeated phrase is met by one occurrence (the phrases are tracked independently).
+
+Everything is written in `keras.ops` with fixed shapes, as the search body is (tf.function,
+XLA, JAX).
+"""
+
+from keras import ops
+
+from keras_transformer.decoding.search.rules import NEG_INF
+from pipelines.special_ids import EOS_ID, PAD_ID
+
+# Added to the score of a finished hypothesis that lacks phrases (forced to end at its length
+# limit): it ranks behind every hypothesis that met them all, yet still counts as found (its
+# key stays far above NEG_INF / 2).
+INCOMPLETE = -1e6
+
+
+def phrase_lengths(constraints):
+    """(B, C, L) phrase ids -> (B, C) int32 numbers of tokens."""
+    return ops.sum(ops.cast(ops.not_equal(constraints, PAD_ID), "int32"), axis=2)
+
+
+def constraint_limits(limits, constraints):
+    """Output limits that leave room for the phrases: limit + their total length."""
+    if constraints is None:
+        return limits
+    return limits + ops.sum(phrase_lengths(ops.cast(constraints, "int32")), axis=1)
+
+
+def candidate_ranks(scores, groups, valid):
+    """The rank of each candidate by score among the valid candidates of its group (0: the
+    best; equal scores: the first first): (B, M) scores, (B, M) groups, (B, M) bool ->
+    (B, M) int32."""
+    m = ops.shape(scores)[1]
+    index = ops.arange(m)
+    score_i, score_j = scores[:, :, None], scores[:, None, :]  # (B, M_i, M_j)
+    ahead = ops.logical_or(score_j > score_i, ops.logical_and(
+        ops.equal(score_j, score_i), (index[None, :] < index[:, None])[None]))
+    counted = ops.logical_and(ops.logical_and(ahead, valid[:, None, :]),
+                              ops.equal(groups[:, :, None], groups[:, None, :]))
+    return ops.sum(ops.cast(counted, "int32"), axis=2)
+
+
+def first_occurrences(parents, tokens):
+    """(B, M) bool: no earlier candidate has the same (parent, token)."""
+    m = ops.shape(tokens)[1]
+    index = ops.arange(m)
+    same = ops.logical_and(ops.equal(parents[:, :, None], parents[:, None, :]),
+                           ops.equal(tokens[:, :, None], tokens[:, None, :]))
+    earlier = (index[None, :] < index[:, None])[None]  # j < i
+    return ops.logical_not(ops.any(ops.logical_and(same, earlier), axis=2))
+
+
+class PhraseConstraints:
+    """The phrases of a batch and the rules on them that beam search applies each step.
+
+    Args:
+        constraints: (B, C, L) int32 phrase ids, 0-padded (see the module docstring).
+    """
+
+    def __init__(self, constraints):
+        phrases = ops.cast(constraints, "int32")
+        shape = ops.shape(phrases)
+        # A column of padding at the end: phrases of width 0 still have a first token to
+        # read, and a phrase's progress (at most its length) indexes a column.
+        self.phrases = ops.pad(phrases, [[0, 0], [0, 0], [0, 1]])  # (B, C, L + 1)
+        self.lengths = phrase_lengths(self.phrases)  # (B, C)
+        self.num_phrases, self.width = shape[1], shape[2] + 1
+        # Banks 0 .. C * L: every constraint token of a sentence met.
+        self.num_banks = ops.cast(shape[1] * shape[2] + 1, "float32")
+
+    def initial(self, beam_size):
+        """(met (B, K, C) bool, progress (B, K, C) int32) before the first token; a row of
+        zeros (no phrase) is met from the start."""
+        met = ops.repeat(ops.expand_dims(ops.equal(self.lengths, 0), 1), beam_size, axis=1)
+        return met, ops.zeros(ops.shape(met), "int32")
+
+    def block_eos(self, log_probs, met, at_limit):
+        """EOS only for hypotheses that met every phrase, or at their length limit (where
+        EOS is forced): (B, K, V) log-probabilities, (B, K, C) met, (B, 1, 1) at_limit."""
+        lacking = ops.logical_not(ops.all(met, axis=2))[:, :, None]  # (B, K, 1)
+        is_eos = ops.equal(ops.arange(ops.shape(log_probs)[-1]), EOS_ID)[None, None, :]
+        blocked = ops.logical_and(ops.logical_and(lacking, is_eos), ops.logical_not(at_limit))
+        return ops.where(blocked, NEG_INF, log_probs)
+
+    def next_tokens(self, met, progress):
+        """(B, K, C) int32: the token that advances each phrase of each hypothesis (the next
+        of one in progress, the first of one not started), PAD for a met phrase."""
+        position = ops.equal(ops.arange(self.width), progress[..., None])  # (B, K, C, L)
+        tokens = ops.sum(ops.where(position, self.phrases[:, None], 0), axis=3)
+        return ops.where(met, PAD_ID, tokens)
+
+    def candidates(self, met, progress, scores):
+        """Per sentence, the continuations beyond the 2K best that each beam adds (Post and
+        Vilar's Algorithm 1): its best one, and those that advance its phrases. Returns
+        (parents, tokens, scores), each (B, K + K * C); `scores` (B, K, V) are the beams'
+        continuation scores (a met phrase's PAD token scores NEG_INF: never chosen)."""
+        shape = ops.shape(scores)
+        batch, beams, vocab = shape[0], shape[1], shape[2]
+        _, best = ops.top_k(scores, k=1)  # (B, K, 1)
+        # An EOS outside the 2K best ends nothing, as without constraints (PAD: never chosen).
+        best = ops.where(ops.equal(best, EOS_ID), PAD_ID, best)
+        tokens = ops.concatenate([best, self.next_tokens(met, progress)], axis=2)
+        tokens = ops.reshape(tokens, (batch, -1))  # (B, K * (1 + C))
+        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 1)
+        parents = ops.zeros_like(tokens) + parents[None, :]
+        flat = ops.reshape(scores, (batch, -1))
+        return parents, tokens, ops.take_along_axis(flat, parents * vocab + tokens, axis=1)
+
+    def advance(self, met, progress, tokens):
+        """The phrases' state after each candidate's token: (B, M, C) met and progress of
+        its parent, (B, M) tokens -> (met, progress), each (B, M, C)."""
+        expected = self.next_tokens(met, progress)
+        first = self.phrases[:, None, :, 0]  # (B, 1, C)
+        token = tokens[:, :, None]
+        unmet = ops.logical_not(met)
+        advances = ops.logical_and(unmet, ops.equal(token, expected))
+        starts = ops.logical_and(unmet, ops.equal(token, first))
+        progress = ops.where(advances, progress + 1, ops.where(starts, 1, 0))
+        completed = ops.logical_and(progress > 0, ops.equal(progress, self.lengths[:, None, :]))
+        return ops.logical_or(met, completed), ops.where(completed, 0, progress)
+
+    def banks(self, met, progress):
+        """(B, M, C) met and progress -> (B, M) int32 constraint tokens met."""
+        met_tokens = ops.sum(ops.where(met, self.lengths[:, None, :], 0), axis=2)
+        return met_tokens + ops.max(progress, axis=2, initial=0)
+
+    def allocate(self, scores, banks, valid, room, beam_size):
+        """Dynamic beam allocation, vectorized: the beam_size candidates to keep alive, (B, K)
+        indices into the M candidates (scores, banks: (B, M); valid: (B, M) bool; room: (B,)
+        tokens each sentence's hypotheses may still add before EOS).
+
+        Each candidate is ranked by score within its bank; candidates are taken by rank, the
+        higher bank first at equal rank (a round-robin over the banks), so that hypotheses
+        that met more constraint tokens keep slots against better-scored ones that met fewer.
+        Those that can no longer fit their missing tokens in the room left come last (they
+        keep only slots nobody else wants), so that the beams that end at the length limit
+        are, where possible, hypotheses that met every phrase.
+        """
+        ranks = candidate_ranks(scores, banks, valid)
+        keys = ops.cast(banks, "float32") - ops.cast(ranks, "float32") * self.num_banks
+        missing = ops.sum(self.lengths, axis=1)[:, None] - banks  # a lower bound
+        hopeless = missing > room[:, None]
+        keys = ops.where(hopeless, keys - self.num_banks * ops.cast(ops.shape(scores)[1] + 1,
+                                                                    "float32"), keys)
+        _, keep = ops.top_k(ops.where(valid, keys, NEG_INF), k=beam_size)
+        return keep
