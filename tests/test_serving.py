@@ -17,6 +17,7 @@ from tests.training_helpers import run_python
 SENTENCES = ["the dog runs in the park", "a big red cat", "green water"]
 PREFIXES = ["PARK THE", "", "WATER"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "CAT RED BIG A", "WATER GREEN"]
+CONSTRAINTS = ["PARK\tDOG", "", "BIG"]  # tab-separated phrases ("" for none)
 
 # Sends each request (signature, inputs) in turn to one loaded SavedModel and records what
 # comes back, or the InvalidArgument error's message.
@@ -48,14 +49,15 @@ FRESH_PROCESS = textwrap.dedent("""
 """)
 
 
-def serve(sentences, beam_size=4, alpha=0.6, prefixes=()):
+def serve(sentences, beam_size=4, alpha=0.6, prefixes=(), constraints=()):
     return ("serving_default", dict(sentences=sentences, beam_size=beam_size, alpha=alpha,
-                                    prefixes=list(prefixes)))
+                                    prefixes=list(prefixes), constraints=list(constraints)))
 
 
-def nbest(sentences, beam_size=4, num_hypotheses=4, prefixes=()):
+def nbest(sentences, beam_size=4, num_hypotheses=4, prefixes=(), constraints=()):
     return ("translate_nbest", dict(sentences=sentences, beam_size=beam_size, alpha=0.6,
-                                    num_hypotheses=num_hypotheses, prefixes=list(prefixes)))
+                                    num_hypotheses=num_hypotheses, prefixes=list(prefixes),
+                                    constraints=list(constraints)))
 
 
 def sample(sentences, num_samples=3, top_k=10, top_p=0.9, temperature=0.8, seed=5,
@@ -101,6 +103,16 @@ HOSTILE = [
     (score(["a"] * 600, ["DOG " * 30] * 600), "a request may score at most 16384 target"),
     (score(["a dog"], ["DOG " * 200]), "targets must be at most 82 subword tokens"),
     (score([], []), None),
+    # Terminology constraints (tab-separated phrases per sentence).
+    (serve(SENTENCES, constraints=["DOG", "CAT"]), "constraints must give one entry per "
+     "sentence"),
+    (serve(SENTENCES[:1], constraints=["\t".join(["DOG"] * 100)]), "constraints: a sentence "
+     "may have at most 32 phrases"),
+    (serve(SENTENCES[:1], constraints=["DOG " * 300]), "constraints: a phrase may have at most"),
+    (serve(SENTENCES[:1], beam_size=1, constraints=["DOG"]), "constraints need beam search"),
+    (serve(SENTENCES[:2], constraints=["", "\t \t"]), None),  # empty phrases: none
+    (serve(SENTENCES[:1], constraints=[b"\xff\xfe DOG \xc3"]), None),
+    (nbest(SENTENCES[:1], beam_size=2, num_hypotheses=2, constraints=["DOG"]), None),
 ]
 FEATURES = [
     serve(SENTENCES),
@@ -111,6 +123,8 @@ FEATURES = [
     sample(SENTENCES[:1]),
     sample(SENTENCES[:1], top_k=1, top_p=1.0, temperature=1.0, num_samples=2),
     score(SENTENCES + [""], TARGETS + [""]),
+    serve(SENTENCES, constraints=CONSTRAINTS),
+    nbest(SENTENCES, constraints=CONSTRAINTS),
 ]
 
 
@@ -136,8 +150,8 @@ def served(toy_saved_model, tmp_path_factory):
     defaults = {name: sorted(signatures[name].defaults) for name in
                 ("serving_default", "translate_nbest", "sample", "score")}
     assert defaults == {
-        "serving_default": ["alpha", "beam_size", "prefixes"],
-        "translate_nbest": ["alpha", "beam_size", "num_hypotheses", "prefixes"],
+        "serving_default": ["alpha", "beam_size", "constraints", "prefixes"],
+        "translate_nbest": ["alpha", "beam_size", "constraints", "num_hypotheses", "prefixes"],
         "sample": ["num_samples", "prefixes", "seed", "temperature", "top_k", "top_p"],
         "score": []}, defaults
     answers = json.loads((folder / "a.json").read_text(encoding="utf-8"))
@@ -232,3 +246,19 @@ def test_the_tflite_model_returns_the_beams_nbest(tiny_run, toy_translators, tmp
         assert [t for t, _ in found] == [t for t, _ in hypotheses], sentence
         np.testing.assert_allclose([s for _, s in found], [s for _, s in hypotheses], atol=1e-4)
         assert out["ids"][0].tolist() == out["nbest_ids"][0, 0, :len(out["ids"][0])].tolist()
+
+
+@pytest.mark.slow
+def test_constraints_are_served_as_the_translator_meets_them(served, translator):
+    hostile, features = served
+    phrases = [constraint.split("\t") if constraint else [] for constraint in CONSTRAINTS]
+    expected = translator.translate(SENTENCES, constraints=phrases)
+    assert features[8]["translations"] == expected
+    for text, wanted in zip(features[8]["translations"], phrases):
+        assert all(phrase in text for phrase in wanted), (text, wanted)
+    for hypotheses, wanted in zip(features[9]["translations"], phrases):
+        assert all(phrase in text for text in hypotheses for phrase in wanted)
+    # A request without constraints after the constrained ones is answered as before.
+    assert features[0]["translations"] == translator.translate(SENTENCES)
+    assert hostile[-3]["translations"] == translator.translate(SENTENCES[:2])
+    assert all("DOG" in text for text in hostile[-1]["translations"][0])

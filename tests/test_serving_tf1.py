@@ -49,6 +49,7 @@ FRESH_PROCESS = textwrap.dedent("""
                "modules": ours}, open(output, "w", encoding="utf-8"))
 """)
 
+CONSTRAINTS = ["PARK\tDOG", "", "BIG"]  # tab-separated phrases per sentence
 REQUESTS = [
     ("serving_default", {"sentences": SENTENCES}),
     ("serving_default", {"sentences": SENTENCES, "prefixes": PREFIXES}),
@@ -57,6 +58,7 @@ REQUESTS = [
     ("serving_default", {"sentences": SENTENCES, "beam_size": 2}),  # a request's value wins
     ("score", {"sources": SENTENCES}),  # no defaults there: TF Serving refuses
     ("serving_default", {"sentences": SENTENCES, "beam": 2}),  # not an input: refused
+    ("serving_default", {"sentences": SENTENCES, "constraints": CONSTRAINTS}),
 ]
 
 
@@ -88,9 +90,10 @@ def test_a_request_of_sentences_only_gets_the_signature_defaults(served, toy_tra
     signatures = served["signatures"]
     # The defaults TF Serving applies are the export's search settings (beam 4, alpha 0.6).
     assert signatures["serving_default"]["defaults"] == {
-        "beam_size": 4, "alpha": pytest.approx(0.6), "prefixes": []}
+        "beam_size": 4, "alpha": pytest.approx(0.6), "prefixes": [], "constraints": []}
     assert signatures["translate_nbest"]["defaults"] == {
-        "beam_size": 4, "alpha": pytest.approx(0.6), "num_hypotheses": 4, "prefixes": []}
+        "beam_size": 4, "alpha": pytest.approx(0.6), "num_hypotheses": 4, "prefixes": [],
+        "constraints": []}
     assert signatures["score"]["defaults"] == {}
     assert signatures["serving_default"]["inputs"]["sentences"].endswith(":0")
 
@@ -122,6 +125,15 @@ def test_prefixes_and_nbest_through_the_defaults_equal_the_translators(served, t
         np.testing.assert_allclose(answer["scores"][:3], [[s for _, s in h] for h in expected[:3]],
                                    atol=1e-4)
         assert any(t for row in answer["translations"] for t in row)  # not all empty
+
+
+@pytest.mark.slow
+def test_constraints_through_the_session_equal_the_translators(served, toy_translators):
+    phrases = [c.split("\t") if c else [] for c in CONSTRAINTS]
+    answer = served["answers"][7]
+    assert answer["translations"] == toy_translators[4].translate(SENTENCES, constraints=phrases)
+    for text, wanted in zip(answer["translations"], phrases):
+        assert all(phrase in text for phrase in wanted), (text, wanted)
 
 
 @pytest.mark.slow

@@ -75,11 +75,12 @@ class Decoder:
         for name, meta in fields().items():
             if name not in values and meta["saved"] and saved.get(name) is not None:
                 values[name], sources[name] = saved[name], RUN
-        values = {**command_defaults(command), **values}
         try:
-            request = declared.Request(**values)  # the declaration's (a test may extend it)
+            check({name: values[name] for name, where in sources.items() if where == RUN})
         except InputError as error:  # a saved value out of range: the file is named
             raise InputError(f"{run.decoding_path}: {error}") from None
+        # The declaration's Request (a test may extend it), checked as a whole.
+        request = declared.Request(**{**command_defaults(command), **values})
         return cls(request, run, sources, command, saved)
 
     @staticmethod

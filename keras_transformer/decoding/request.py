@@ -38,6 +38,9 @@ DECODING = (TRANSLATE, EVALUATE, ATTENTION, PARSE)  # the commands that search
 ALL = DECODING + (SCORE,)
 SEARCHED = DECODING + (EXPORT, DISTILL)  # the commands that fix a search's beam and alpha
 ENGINES = ("tensorflow", "ctranslate2")
+# Terminology constraints: the most phrases one sentence may be given (the search's candidates
+# grow with them); each phrase is at most the model's longest input in subword tokens.
+MAX_CONSTRAINTS = 32
 PRECISIONS = ("auto", "float32", "bfloat16")
 
 # The paper's searches. Translation's (Section 6.1: beam 4, alpha 0.6, input + 50; ours: 64
@@ -66,7 +69,9 @@ def option(default, help, *, check=None, choices=None, flag=None, metavar=None,
         mode: SEARCH or SAMPLE when the option only applies to that mode.
         saved: the run's decoding choice (decoding.json) may hold it.
         engine_option: an engine must declare it (`Engine.SUPPORTS`) to be asked for it with a
-            value other than its default; False for what picks the engine and the model.
+            value other than its default; False for what picks the engine and the model; the
+            name of another option for one that asks the engine for that one (a glossary
+            makes constraints).
         signature: an input of the exported signatures of its mode (`signature_input`).
     """
     field = setting(default, help, choices=choices, check=check, default_text=default_text)
@@ -126,6 +131,20 @@ class Request:
         1, "samples per input line; more than 1 prints line, log-probability, text per "
         "sample, as --nbest", check=Range(low=1), commands=(TRANSLATE,), mode=SAMPLE,
         signature=True)
+    constraints: bool = option(
+        False, "terminology constraints: each input line is SOURCE<TAB>PHRASE[<TAB>PHRASE...] "
+        "and every phrase (target-language words) appears in that line's translation, in any "
+        "order (lexically constrained beam search with dynamic beam allocation; output one "
+        "line per input line, as without)", commands=(TRANSLATE,), mode=SEARCH,
+        default_text="off")
+    glossary: typing.Optional[str] = option(
+        None, "a terminology file, one 'source term<TAB>target term' per line: a sentence "
+        "whose source contains a source term (as whole words) gets its target term as a "
+        "constraint (with --constraints, besides the line's own)", metavar="FILE.tsv",
+        commands=(TRANSLATE,), mode=SEARCH, engine_option="constraints", default_text="none")
+    glossary_ignore_case: bool = option(
+        False, "match the glossary's source terms ignoring case", commands=(TRANSLATE,),
+        mode=SEARCH, engine_option=False, default_text="off")
     alignments: bool = option(
         False, "add each sentence's word alignment in Pharaoh format (source-target word "
         "index pairs from 0, words being the whitespace-separated tokens of the input and "
@@ -159,6 +178,9 @@ class Request:
 
     def __post_init__(self):
         check(self.values())
+        if (self.constraints or self.glossary) and self.beam_size < 2 and not self.sample:
+            raise InputError(f"constraints need beam search: use a beam of 2 or more (the "
+                             f"beam is {self.beam_size}).")
         hints = typing.get_type_hints(type(self))
         for name in fields():  # a whole number given for a float option
             if hints[name] is float and isinstance(getattr(self, name), int):
@@ -194,9 +216,13 @@ class Request:
     def engine_options(self, command=TRANSLATE):
         """{option: value} of the engine options this request asks for with a value other
         than the default, in its mode: what the engine must support."""
-        return {name: getattr(self, name) for name, meta in fields().items()
-                if meta["engine_option"] and self.applies(name, command)
-                and getattr(self, name) != meta["default"]}
+        asked = {}
+        for name, meta in fields().items():
+            if meta["engine_option"] and self.applies(name, command) \
+                    and getattr(self, name) != meta["default"]:
+                option = name if meta["engine_option"] is True else meta["engine_option"]
+                asked.setdefault(option, getattr(self, name))
+        return asked
 
 
 def _declared():

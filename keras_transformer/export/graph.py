@@ -19,12 +19,12 @@ import tensorflow as tf
 
 from keras_transformer.decoding.search.beam_search import translate_beam
 from keras_transformer.decoding.search.compiling import XLA_WIDTH_STEP
-from keras_transformer.decoding.request import RANGES
+from keras_transformer.decoding.request import MAX_CONSTRAINTS, RANGES
 from keras_transformer.decoding.search.rules import trim
 from keras_transformer.decoding.search.sampling import translate_sample
 from keras_transformer.decoding.search.scoring import score_ids
 from keras_transformer.errors import InputError
-from pipelines.special_ids import EOS_ID, PAD_ID
+from pipelines.special_ids import EOS_ID, PAD_ID, UNK_ID
 
 MAX_BEAM = 64  # the largest beam_size, num_hypotheses or num_samples a request may ask for
 # Rows one request may search (sentences x beam_size or num_samples). Each row holds its
@@ -136,17 +136,47 @@ def check_prefix(prefix, sentences):
     return _checked([check], prefix)[0]
 
 
+def check_constraints(constraints, sentences, beam_size, max_phrase_tokens):
+    """(N, C, L) constraint ids (`decoding.search.beam_search`'s), or None: one entry per
+    sentence (or none at all), at most MAX_CONSTRAINTS phrases a sentence, each at most
+    max_phrase_tokens subword tokens and none of them the unknown piece, and a beam of 2 or
+    more where any is given."""
+    if constraints is None:
+        return None
+    shape = tf.shape(constraints)
+    given = tf.reduce_any(tf.not_equal(constraints, PAD_ID))
+    phrases = tf.reduce_sum(tf.cast(tf.reduce_any(tf.not_equal(constraints, PAD_ID), axis=2),
+                                    tf.int32), axis=1)
+    checks = [
+        _require(tf.logical_or(tf.equal(shape[0], sentences), tf.logical_not(given)),
+                 "constraints must give one entry per sentence (or none at all); got "
+                 "sentences, constraints =", sentences, shape[0]),
+        _require(tf.reduce_all(phrases <= MAX_CONSTRAINTS), f"constraints: a sentence may "
+                 f"have at most {MAX_CONSTRAINTS} phrases; got", tf.reduce_max(
+                     tf.concat([phrases, [0]], 0))),
+        _require(shape[2] <= max_phrase_tokens, f"constraints: a phrase may have at most "
+                 f"{max_phrase_tokens} subword tokens; the longest has", shape[2]),
+        _require(tf.logical_not(tf.reduce_any(tf.equal(constraints, UNK_ID))),
+                 "constraints: a phrase holds a piece the model's vocabulary does not know "
+                 "(the unknown piece): it cannot be written; rephrase it"),
+        _require(tf.logical_or(tf.logical_not(given), beam_size >= 2),
+                 "constraints need beam search: beam_size must be 2 or more; got", beam_size),
+    ]
+    return _checked(checks, constraints)[0]
+
+
 def search_ids(model, source_ids, beam_size, alpha, max_input_length, max_rows=MAX_ROWS,
-               prefix=None):
+               prefix=None, constraints=None):
     """Best hypothesis per row: (ids (N, T) int32, scores (N,) float32); empty rows give EOS.
-    prefix: (N, P) int32 ids each output starts with (rows of 0: none)."""
+    prefix: (N, P) int32 ids each output starts with (rows of 0: none); constraints: (N, C, L)
+    int32 phrases every output holds (all 0: none; `check_constraints`)."""
     ids, scores = nbest_ids(model, source_ids, beam_size, alpha, 1, max_input_length, max_rows,
-                            prefix)
+                            prefix, constraints)
     return ids[:, 0, :], scores[:, 0]
 
 
 def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_length,
-              max_rows=MAX_ROWS, prefix=None):
+              max_rows=MAX_ROWS, prefix=None, constraints=None):
     """The num_hypotheses best of the beam per row: (ids (N, H, T), scores (N, H)), best first.
 
     An empty row gives EOS with score 0 first; places the search's pool did not fill (and an
@@ -161,12 +191,21 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
                  "num_hypotheses, beam_size =", num_hypotheses, beam_size)],
         num_hypotheses, source_ids)
     prefix = check_prefix(prefix, sentences)
+    constraints = check_constraints(constraints, sentences, beam_size, max_input_length)
     ids, empty = prepare_ids(source_ids, max_input_length)
-    # A request without prefixes runs the search without their per-step masking.
-    result = translate_beam(model, ids, beam_size, alpha, prefix=prefix,
-                            num_hypotheses=num_hypotheses, empty_rows=empty,
-                            optional_prefix=True)
-    return result["ids"], result["scores"]
+
+    def search(constraints=None):
+        # A request without prefixes runs the search without their per-step masking.
+        result = translate_beam(model, ids, beam_size, alpha, prefix=prefix,
+                                num_hypotheses=num_hypotheses, empty_rows=empty,
+                                optional_prefix=True, constraints=constraints)
+        return result["ids"], result["scores"]
+
+    if constraints is None:
+        return search()
+    # A request without constraints runs today's search, without their bookkeeping.
+    return tf.cond(tf.reduce_any(tf.not_equal(constraints, PAD_ID)),
+                   lambda: search(constraints), search)
 
 
 def sample_ids(model, source_ids, num_samples, top_k, top_p, temperature, seed,

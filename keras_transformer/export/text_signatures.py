@@ -1,9 +1,9 @@
 """The text signatures of the full SavedModel: strings in, strings out, tokenized in the graph
 (tensorflow-text sentencepiece), with the search rules of `export.graph`.
 
-* `serving_default`: sentences (N,) [, beam_size, alpha, prefixes (N,) or (0,)] ->
-  translations (N,), scores (N,) length-normalized.
-* `translate_nbest`: sentences [, beam_size, alpha, num_hypotheses, prefixes] ->
+* `serving_default`: sentences (N,) [, beam_size, alpha, prefixes (N,) or (0,), constraints
+  (N,) or (0,)] -> translations (N,), scores (N,) length-normalized.
+* `translate_nbest`: sentences [, beam_size, alpha, num_hypotheses, prefixes, constraints] ->
   translations (N, H), scores (N, H), best first (H = num_hypotheses <= beam_size).
 * `sample`: sentences [, num_samples, top_k, top_p, temperature, seed, prefixes] ->
   translations (N, S), scores (N, S) log P(translation | sentence).
@@ -18,6 +18,11 @@ same strings `Translator.translate(..., alignments=True)` gives.
 
 `prefixes`: an empty vector (the default) means none; otherwise one string per sentence, each
 output starting with its subword tokens ("" for none), truncated to max_input_length tokens.
+`constraints`: the same; each string is the sentence's target phrases separated by tabs
+("" for none, empty phrases ignored), each phrase in every translation of it (lexically
+constrained beam search, `decoding.search.beam_search`); checked by `export.graph`
+(`check_constraints`: at most MAX_CONSTRAINTS phrases, each of at most max_input_length
+tokens, none spelled with the unknown piece, a beam of 2 or more).
 Each signature is made per module, so that the defaults of its optional inputs are the
 export's (kept in the saved functions and the SignatureDefs). The options' inputs, their
 dtypes and the defaults the export does not choose (sampling) come from the decoding request
@@ -35,6 +40,8 @@ from pipelines.special_ids import EOS_ID, PAD_ID
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
 PREFIXES = tf.TensorSpec([None], tf.string, name="prefixes")
 NO_PREFIXES = ()  # the default `prefixes`: an empty vector
+CONSTRAINTS = tf.TensorSpec([None], tf.string, name="constraints")
+NO_CONSTRAINTS = ()  # the default `constraints`: an empty vector
 
 
 def option(name):
@@ -70,6 +77,21 @@ def prefix_ids(module, prefixes, sentences):
                    lambda: tf.zeros([tf.size(sentences), 1], tf.int32))
 
 
+def constraint_ids(module, constraints, sentences):
+    """(M,) tab-separated phrases -> (M, C, L) ids without EOS, 0-padded (an empty phrase
+    dropped); M = 0 gives (N, 1, 1) zeros (no constraint for any of the N sentences)."""
+    phrases = tf.strings.split(constraints, "\t")  # (M, None) ragged
+    phrases = tf.ragged.map_flat_values(normalize_text, phrases)
+    phrases = tf.ragged.boolean_mask(phrases, tf.not_equal(phrases, ""))
+    tokens = module.tokenizer.tokenize(phrases.flat_values)  # (phrases, None)
+    grouped = tf.RaggedTensor.from_row_splits(tokens, phrases.row_splits)
+    dense = grouped.to_tensor(default_value=PAD_ID)
+    dense = tf.pad(dense, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(dense)[1])],
+                          [0, tf.maximum(0, 1 - tf.shape(dense)[2])]])
+    return tf.cond(tf.size(constraints) > 0, lambda: dense,
+                   lambda: tf.zeros([tf.size(sentences), 1, 1], tf.int32))
+
+
 def detokenize(module, ids):
     """(N, H, T) ids -> (N, H) strings."""
     shape = tf.shape(ids)
@@ -98,12 +120,15 @@ def alignments(module, ids, hypotheses):
 
 
 def serving_default(module):
-    @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES])
+    @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES,
+                                  CONSTRAINTS])
     def serve(sentences, beam_size=tf.constant(module.beam_size),
-              alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string)):
+              alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string),
+              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
         ids, empty = source_ids(module, sentences)
         best, scores = search_ids(module.model, ids, beam_size, alpha, module.max_input_length,
-                                  module.max_rows, prefix_ids(module, prefixes, sentences))
+                                  module.max_rows, prefix_ids(module, prefixes, sentences),
+                                  constraint_ids(module, constraints, sentences))
         translations = module.tokenizer.detokenize_dense(best)
         outputs = {"translations": tf.where(empty, "", translations), "scores": scores}
         if module.starts_word is not None:
@@ -116,14 +141,16 @@ def serving_default(module):
 def translate_nbest(module):
     @tf.function(input_signature=[
         SENTENCES, option("beam_size"), option("alpha"),
-        tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES])
+        tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES, CONSTRAINTS])
     def nbest(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
-              prefixes=tf.constant(NO_PREFIXES, tf.string)):
+              prefixes=tf.constant(NO_PREFIXES, tf.string),
+              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
         ids, empty = source_ids(module, sentences)
         hypotheses, scores = nbest_ids(
             module.model, ids, beam_size, alpha, num_hypotheses, module.max_input_length,
-            module.max_rows, prefix_ids(module, prefixes, sentences))
+            module.max_rows, prefix_ids(module, prefixes, sentences),
+            constraint_ids(module, constraints, sentences))
         outputs = {"translations": detokenize(module, hypotheses), "scores": scores}
         if module.starts_word is not None:
             outputs["alignments"] = alignments(module, ids, hypotheses)

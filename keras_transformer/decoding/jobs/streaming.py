@@ -18,6 +18,7 @@ import sys
 from keras_transformer.decoding.jobs import textio
 from keras_transformer.errors import InputError
 from keras_transformer.decoding.jobs.resumable import ResumableOutput, file_identity
+from keras_transformer.decoding.jobs.terminology import Glossary, merged, split_line
 from pipelines.files import atomic_path
 
 # Sentences per window, in batches: the decoder sorts a window by length, so that a batch
@@ -159,12 +160,18 @@ def translate_file(decoder, input=None, output=None, log=None):
     `request.prefixes` (a file line-aligned with the input) each output starts with its
     line's prefix. With n-best or several samples, each hypothesis is a line `line<TAB>score
     <TAB>text` (`nbest_lines`). With `request.alignments` each translation (or hypothesis) is
-    followed by a tab and its word alignment in Pharaoh format ("" for an empty line).
+    followed by a tab and its word alignment in Pharaoh format ("" for an empty line). With
+    `request.constraints` each input line is `source<TAB>phrase...` and every phrase appears
+    in its translation; with `request.glossary` the target terms of the glossary's source
+    terms found in a line are its constraints too (`jobs.terminology`).
     Returns the input lines done."""
     request = decoder.request
     inputs = [input, request.prefixes] if request.prefixes else [input]
     if request.prefixes and input:
         aligned_counts(inputs)  # before the model loads
+    glossary = (Glossary.read(request.glossary, request.glossary_ignore_case)
+                if request.glossary else None)
+    constrained = request.constraints or glossary is not None
     engine = decoder.engine()
     print(decoder.describe(), file=log or sys.stderr)
     listed = request.nbest or (request.sample and request.num_samples > 1)
@@ -172,23 +179,39 @@ def translate_file(decoder, input=None, output=None, log=None):
     def decode_rows(rows, numbers, progress):
         texts = [row[0] for row in rows]
         prefixes = [row[1] for row in rows] if request.prefixes else None
+        constraints = None
+        if constrained:
+            texts, constraints = terminology(texts, numbers)
         if request.sample:
             sampling = {**request.sampling(), "seed": window_seed(request.seed, numbers[0])}
             results = engine.sample(texts, prefixes=prefixes, progress=progress, **sampling)
         else:
             results = engine.translate(texts, nbest=request.nbest, progress=progress,
-                                       prefixes=prefixes, alignments=request.alignments)
+                                       prefixes=prefixes, alignments=request.alignments,
+                                       **({"constraints": constraints} if constrained else {}))
         if listed:
             return nbest_lines(results, numbers)
         if request.alignments:
             return [[f"{text}\t{links}"] for text, links in results]
         return [[r[0][0]] for r in results] if request.sample else [[t] for t in results]
 
+    def terminology(lines, numbers):
+        """The sources of the lines and their constraints: the line's phrases, then the
+        glossary's target terms."""
+        sources, constraints = [], []
+        for line, number in zip(lines, numbers):
+            source, phrases = (split_line(line, f"{input or 'standard input'} line {number + 1}")
+                               if request.constraints else (line, []))
+            sources.append(source)
+            constraints.append(merged(phrases, glossary.targets(source) if glossary else []))
+        return sources, constraints
+
     # A pipe is read a batch at a time: a program that writes a line and waits for its
     # translation is answered after batch_size lines, not after a window's.
     window = window_size(request.batch_size) if input else request.batch_size
     return stream_lines(decode_rows, inputs, output, window=window,
-                        identity=job_identity(decoder),
+                        identity=job_identity(decoder, **({"glossary_file": file_identity(
+                            request.glossary)} if glossary else {})),
                         empty=[] if listed else ["\t" if request.alignments else ""])
 
 

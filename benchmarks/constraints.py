@@ -1,0 +1,170 @@
+"""Terminology constraints on Multi30k test2016: coverage, BLEU and time, with and without.
+
+    python benchmarks/constraints.py --run-dir runs/multi30k-en-de-quick
+    python benchmarks/constraints.py --run-dir RUN --saved-model saved_models/NAME/1 --jax
+
+Constraints are drawn from the references as Post and Vilar (2018) do: per sentence 1 to 3
+phrases of 1 to 3 consecutive reference words (seeded; phrases do not overlap; a sentence with
+fewer words gets fewer). The run's saved choice decodes (its weights, beam and alpha; --beam
+overrides the beam), in-process through the decoder, once without and once with the
+constraints, each timed as a whole (one untimed warm-up batch first, so that both exclude the
+tracing of their search). Coverage is counted on the detokenized output: a phrase is met when
+its text appears in the sentence's translation. sacreBLEU is against the raw references.
+
+--saved-model also sends every sentence with its constraints through `serving_default` of the
+export loaded in a TF1 Session (as TensorFlow Serving runs it; the signature's other inputs from
+its defaults) and counts coverage there; --jax translates the constrained set under JAX (Keras
+on the JAX backend, in a child process) and counts it too. Prints one JSON line.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import pathlib
+import random
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
+from common import emit  # noqa: E402
+
+MULTI30K = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+
+
+def read(split, lang, limit=None):
+    with gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in handle][:limit]
+
+
+def draw_constraints(references, seed, most=3, longest=3):
+    """Per reference, 1..most phrases of 1..longest consecutive words, not overlapping."""
+    rng = random.Random(seed)
+    drawn = []
+    for reference in references:
+        words = reference.split()
+        wanted, taken, phrases = rng.randint(1, most), set(), []
+        for _ in range(20 * most):  # tries
+            if len(phrases) == wanted or not words:
+                break
+            length = rng.randint(1, min(longest, len(words)))
+            start = rng.randrange(len(words) - length + 1)
+            span = set(range(start, start + length))
+            if span & taken:
+                continue
+            taken |= span
+            phrases.append((start, " ".join(words[start:start + length])))
+        drawn.append([phrase for _, phrase in sorted(phrases)])
+    return drawn
+
+
+def coverage(outputs, constraints):
+    """Share of the phrases found in their sentence's output, and of the sentences with all."""
+    phrases = met = whole = 0
+    for output, wanted in zip(outputs, constraints):
+        found = [phrase in output for phrase in wanted]
+        phrases, met, whole = phrases + len(found), met + sum(found), whole + all(found)
+    return met / max(phrases, 1), whole / max(len(outputs), 1)
+
+
+def session_outputs(saved_model, sources, constraints, batch):
+    from serving_load import PredictHandler
+
+    handler = PredictHandler(saved_model)
+    outputs = []
+    for start in range(0, len(sources), batch):
+        result = handler.predict({
+            "sentences": sources[start:start + batch],
+            "constraints": ["\t".join(c) for c in constraints[start:start + batch]]},
+            output_filter=("translations",))
+        outputs += [t.decode("utf-8") for t in result["translations"]]
+    return outputs
+
+
+JAX_CHILD = """
+import json, sys
+from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.runs import open_run
+run_dir, beam, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+data = json.load(open(path, encoding="utf-8"))
+engine = Decoder.resolve(open_run(run_dir), {"beam_size": beam} if beam else {}).engine()
+print(json.dumps(engine.translate(data["sources"], constraints=data["constraints"])))
+"""
+
+
+def jax_outputs(run_dir, beam, sources, constraints, folder):
+    path = pathlib.Path(folder) / "constrained.json"
+    path.write_text(json.dumps({"sources": sources, "constraints": constraints}),
+                    encoding="utf-8")
+    env = dict(os.environ, KERAS_BACKEND="jax")
+    result = subprocess.run([sys.executable, "-c", JAX_CHILD, str(run_dir), str(beam or 0),
+                             str(path)], capture_output=True, text=True, env=env, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", required=True, help="the demo's run (or any en-de run)")
+    parser.add_argument("--split", default="test_2016_flickr",
+                        help="Multi30k file prefix (test_2016_flickr)")
+    parser.add_argument("--sentences", type=int, help="the first N sentences only")
+    parser.add_argument("--seed", type=int, default=1, help="the constraints' draw (1)")
+    parser.add_argument("--beam", type=int, help="beam size (default: the run's choice)")
+    parser.add_argument("--saved-model", help="also count through this export's TF1 Session")
+    parser.add_argument("--jax", action="store_true", help="also count under JAX")
+    args = parser.parse_args(argv)
+
+    import sacrebleu
+
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.hardware import describe_cpu
+    from keras_transformer.runs import open_run
+
+    sources, references = read(args.split, "en", args.sentences), read(args.split, "de",
+                                                                        args.sentences)
+    constraints = draw_constraints(references, args.seed)
+    decoder = Decoder.resolve(open_run(args.run_dir),
+                              {"beam_size": args.beam} if args.beam else {})
+    engine = decoder.engine()
+    engine.translate(sources[:8])  # the unconstrained search traced
+    engine.translate(sources[:8], constraints=constraints[:8])  # the constrained one
+    start = time.perf_counter()
+    plain = engine.translate(sources)
+    plain_s = time.perf_counter() - start
+    start = time.perf_counter()
+    constrained = engine.translate(sources, constraints=constraints)
+    constrained_s = time.perf_counter() - start
+    phrases = sum(len(c) for c in constraints)
+    record = {
+        "benchmark": "constraints", "run_dir": str(args.run_dir), "split": args.split,
+        "sentences": len(sources), "phrases": phrases, "seed": args.seed,
+        "beam": decoder.request.beam_size, "alpha": decoder.request.alpha,
+        "precision": decoder.precision[0], "cpu": describe_cpu(),
+        "coverage_without": round(coverage(plain, constraints)[0], 4),
+        "coverage": round(coverage(constrained, constraints)[0], 4),
+        "sentences_all_met": round(coverage(constrained, constraints)[1], 4),
+        "sacrebleu_without": round(sacrebleu.corpus_bleu(plain, [references]).score, 2),
+        "sacrebleu_constrained": round(sacrebleu.corpus_bleu(constrained, [references]).score,
+                                       2),
+        "seconds_without": round(plain_s, 2), "seconds_constrained": round(constrained_s, 2),
+        "time_ratio": round(constrained_s / plain_s, 3),
+    }
+    if args.saved_model:
+        outputs = session_outputs(args.saved_model, sources, constraints,
+                                  decoder.request.batch_size)
+        record["coverage_saved_model_session"] = round(coverage(outputs, constraints)[0], 4)
+        record["saved_model_equals_in_process"] = round(
+            sum(a == b for a, b in zip(outputs, constrained)) / len(outputs), 4)
+    if args.jax:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            outputs = jax_outputs(args.run_dir, args.beam, sources, constraints, folder)
+        record["coverage_jax"] = round(coverage(outputs, constraints)[0], 4)
+    emit(record)
+
+
+if __name__ == "__main__":
+    main()
