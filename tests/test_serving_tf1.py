@@ -49,7 +49,7 @@ FRESH_PROCESS = textwrap.dedent("""
                "modules": ours}, open(output, "w", encoding="utf-8"))
 """)
 
-CONSTRAINTS = ["PARK\tDOG", "", "BIG"]  # tab-separated phrases per sentence
+CONSTRAINTS = ["PARK\tDOG", "", "BIG", ""]  # tab-separated phrases per sentence
 REQUESTS = [
     ("serving_default", {"sentences": SENTENCES}),
     ("serving_default", {"sentences": SENTENCES, "prefixes": PREFIXES}),

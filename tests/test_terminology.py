@@ -56,9 +56,9 @@ def inputs(tmp_path_factory):
     }
 
 
-def translate(tiny_run, *flags, capsys=None):
-    code = cli.main(["translate", "--run-dir", str(tiny_run), "--precision", "float32", *flags])
-    return code
+def translate(tiny_run, *flags):
+    precision = [] if "--engine" in flags else ["--precision", "float32"]
+    return cli.main(["translate", "--run-dir", str(tiny_run), *precision, *flags])
 
 
 def test_constraints_and_a_glossary_appear_in_the_translations(tiny_run, inputs, capsys):

@@ -30,8 +30,9 @@ engine that declares them returns, from its searcher, (text, score, alignment) t
 from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
 
-from keras_transformer.decoding.request import DEFAULTS, SAMPLING, check
+from keras_transformer.decoding.request import DEFAULTS, MAX_CONSTRAINTS, SAMPLING, check
 from keras_transformer.errors import InputError
+from pipelines.special_ids import UNK_ID
 from pipelines.vocabulary import normalize_whitespace
 
 
@@ -182,8 +183,21 @@ class Engine:
             if not all(p.strip() for p in phrases):
                 raise InputError(f"the constraints of sentence {number} hold an empty "
                                  f"phrase: {list(phrases)!r}.")
+            if len(phrases) > MAX_CONSTRAINTS:
+                raise InputError(f"sentence {number} has {len(phrases)} constraint phrases: "
+                                 f"at most {MAX_CONSTRAINTS} may be given to one sentence.")
         flat = [p for phrases in constraints for p in phrases]
-        rows = iter(self.encode_targets(_normalized_targets(flat)) if flat else [])
+        encoded = self.encode_targets(_normalized_targets(flat)) if flat else []
+        longest = getattr(self, "max_input_length", None)
+        for phrase, row in zip(flat, encoded):
+            if longest is not None and len(row) > longest:
+                raise InputError(f"the constraint phrase {phrase!r} has {len(row)} subword "
+                                 f"tokens: at most {longest} (the model's longest input).")
+            if UNK_ID in row:
+                raise InputError(f"the constraint phrase {phrase!r} holds a piece the model's "
+                                 "vocabulary does not know (the unknown piece): it cannot be "
+                                 "written; rephrase it.")
+        rows = iter(encoded)
         return [[next(rows) for _ in phrases] for phrases in constraints]
 
     def _chunks(self, order, keys):
