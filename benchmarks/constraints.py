@@ -31,7 +31,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
 from common import emit  # noqa: E402
 
-MULTI30K = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 
 
 def read(split, lang, limit=None):
@@ -99,8 +100,12 @@ def jax_outputs(run_dir, beam, sources, constraints, folder):
     path.write_text(json.dumps({"sources": sources, "constraints": constraints}),
                     encoding="utf-8")
     env = dict(os.environ, KERAS_BACKEND="jax")
-    result = subprocess.run([sys.executable, "-c", JAX_CHILD, str(run_dir), str(beam or 0),
-                             str(path)], capture_output=True, text=True, env=env, check=True)
+    # From the repository root, so that the child imports this checkout's package.
+    result = subprocess.run([sys.executable, "-c", JAX_CHILD, str(pathlib.Path(run_dir).resolve()),
+                             str(beam or 0), str(path)], capture_output=True, text=True, env=env,
+                            cwd=ROOT)
+    if result.returncode:
+        raise RuntimeError(f"the JAX child failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 

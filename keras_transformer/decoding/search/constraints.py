@@ -116,17 +116,24 @@ class PhraseConstraints:
 
     def candidates(self, met, progress, scores):
         """Per sentence, the continuations beyond the 2K best that each beam adds (Post and
-        Vilar's Algorithm 1): its best one, and those that advance its phrases. Returns
-        (parents, tokens, scores), each (B, K + K * C); `scores` (B, K, V) are the beams'
-        continuation scores (a met phrase's PAD token scores NEG_INF: never chosen)."""
+        Vilar's Algorithm 1): its best one other than EOS, EOS where the beam has met every
+        phrase of a sentence that has phrases (so that a hypothesis which met them can end
+        even when its EOS is not among the 2K best: otherwise it would have no continuation
+        left and die), and those that advance its phrases. Returns (parents, tokens, scores),
+        each (B, K * (2 + C)); `scores` (B, K, V) are the beams' continuation scores (a met
+        phrase's PAD token scores NEG_INF: never chosen). A sentence without phrases gets no
+        EOS here: its finished hypotheses are those of the search without constraints, and
+        the best other continuations cannot displace its 2K best."""
         shape = ops.shape(scores)
         batch, beams, vocab = shape[0], shape[1], shape[2]
-        _, best = ops.top_k(scores, k=1)  # (B, K, 1)
-        # An EOS outside the 2K best ends nothing, as without constraints (PAD: never chosen).
-        best = ops.where(ops.equal(best, EOS_ID), PAD_ID, best)
-        tokens = ops.concatenate([best, self.next_tokens(met, progress)], axis=2)
-        tokens = ops.reshape(tokens, (batch, -1))  # (B, K * (1 + C))
-        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 1)
+        is_eos = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
+        _, best = ops.top_k(ops.where(is_eos, NEG_INF, scores), k=1)  # (B, K, 1)
+        constrained = ops.any(self.lengths > 0, axis=1)[:, None]  # (B, 1)
+        ends = ops.logical_and(constrained, ops.all(met, axis=2))[:, :, None]  # (B, K, 1)
+        eos = ops.where(ends, EOS_ID, PAD_ID)
+        tokens = ops.concatenate([best, eos, self.next_tokens(met, progress)], axis=2)
+        tokens = ops.reshape(tokens, (batch, -1))  # (B, K * (2 + C))
+        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 2)
         parents = ops.zeros_like(tokens) + parents[None, :]
         flat = ops.reshape(scores, (batch, -1))
         return parents, tokens, ops.take_along_axis(flat, parents * vocab + tokens, axis=1)
