@@ -18,8 +18,10 @@ same strings `Translator.translate(..., alignments=True)` gives.
 
 `prefixes`: an empty vector (the default) means none; otherwise one string per sentence, each
 output starting with its subword tokens ("" for none), truncated to max_input_length tokens.
-Each signature is made per module, so that the defaults of its optional inputs are the
-export's (kept in the saved functions and the SignatureDefs). The options' inputs, their
+The beam searches of `serving_default` and `translate_nbest` are the module's
+(`search_ids`, `nbest_ids`): batched across concurrent requests when exported with batching
+(`export.batching`). Each signature is made per module, so that the defaults of its optional
+inputs are the export's (kept in the saved functions and the SignatureDefs). The options' inputs, their
 dtypes and the defaults the export does not choose (sampling) come from the decoding request
 (`decoding.request`), where every option is declared once.
 """
@@ -29,7 +31,7 @@ import tensorflow as tf
 from keras_transformer.decoding.search.alignment import align_ids, pharaoh_graph, starts_word_table
 from keras_transformer.decoding.request import DEFAULTS, signature_input
 from keras_transformer.export.graph import (
-    nbest_ids, normalize_text, sample_ids, score_target_ids, search_ids)
+    normalize_text, sample_ids, score_target_ids)
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
@@ -102,8 +104,8 @@ def serving_default(module):
     def serve(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string)):
         ids, empty = source_ids(module, sentences)
-        best, scores = search_ids(module.model, ids, beam_size, alpha, module.max_input_length,
-                                  module.max_rows, prefix_ids(module, prefixes, sentences))
+        best, scores = module.search_ids(ids, beam_size, alpha,
+                                         prefix_ids(module, prefixes, sentences))
         translations = module.tokenizer.detokenize_dense(best)
         outputs = {"translations": tf.where(empty, "", translations), "scores": scores}
         if module.starts_word is not None:
@@ -121,9 +123,8 @@ def translate_nbest(module):
               alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
               prefixes=tf.constant(NO_PREFIXES, tf.string)):
         ids, empty = source_ids(module, sentences)
-        hypotheses, scores = nbest_ids(
-            module.model, ids, beam_size, alpha, num_hypotheses, module.max_input_length,
-            module.max_rows, prefix_ids(module, prefixes, sentences))
+        hypotheses, scores = module.nbest_ids(ids, beam_size, alpha, num_hypotheses,
+                                              prefix_ids(module, prefixes, sentences))
         outputs = {"translations": detokenize(module, hypotheses), "scores": scores}
         if module.starts_word is not None:
             outputs["alignments"] = alignments(module, ids, hypotheses)
