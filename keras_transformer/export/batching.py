@@ -33,6 +33,7 @@ import uuid
 
 import tensorflow as tf
 
+from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_TIMEOUT_MS
 from keras_transformer.export.graph import ExportError, check_nbest_request, nbest_ids
 from keras_transformer.decoding.search.rules import trim
 from pipelines.special_ids import PAD_ID
@@ -58,8 +59,8 @@ class Batching:
             UNAVAILABLE rather than queue without bound.
     """
 
-    max_rows: int = 32
-    timeout_ms: float = 5.0
+    max_rows: int = BATCH_MAX_ROWS
+    timeout_ms: float = BATCH_TIMEOUT_MS
     num_threads: int = 1
     max_enqueued_batches: int = 100
 
