@@ -33,10 +33,11 @@ answered. The thread count 1 pass gives the reference answers; in the other pass
 whose translations differ, or whose scores differ by more than 1e-5, counts as a mismatch.
 Per thread count: requests/s and sentences/s over the pass's wall time, their ratio to one
 thread's (`vs_1_thread`), p50/p99 latency of a request, errors, mismatches. Peak RSS (VmHWM)
-is read after a fifth of the engine's requests and after all of them: with the default 1250 requests, after 1,000 and after 5,000;
-`rss_growth` is the second over the first, minus 1 (<= 0.05 passes). `nonempty_translations`
-is the share of the reference answers' translations that are not empty (a model answering
-only "" would make the answer check empty).
+is read after a fifth of the engine's requests and after all of them: with the default 1250
+requests, after 1,000 and after 5,000; `rss_growth` is the second over the first, minus 1
+(<= 0.05 passes). `nonempty_translations` is the share of the reference answers'
+translations that are not empty (a model answering only "" would make the answer check
+empty).
 
 Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
 an error, a mismatch or RSS growth over 5%. `PredictHandler` imports only TensorFlow and

@@ -21,9 +21,9 @@ output starting with its subword tokens ("" for none), truncated to max_input_le
 The beam searches of `serving_default` and `translate_nbest` are the module's
 (`search_ids`, `nbest_ids`): batched across concurrent requests when exported with batching
 (`export.batching`). Each signature is made per module, so that the defaults of its optional
-inputs are the export's (kept in the saved functions and the SignatureDefs). The options' inputs, their
-dtypes and the defaults the export does not choose (sampling) come from the decoding request
-(`decoding.request`), where every option is declared once.
+inputs are the export's (kept in the saved functions and the SignatureDefs). The options'
+inputs, their dtypes and the defaults the export does not choose (sampling) come from the
+decoding request (`decoding.request`), where every option is declared once.
 """
 
 import tensorflow as tf
