@@ -10,11 +10,15 @@ fixed count of requests per thread count; every answer checked against the singl
 Engines (--engines, comma-separated; each runs in a fresh process of its own, so that its peak
 RSS is its own):
 
-    session      TensorFlow Serving's way: the SavedModel loaded into a TF1 Session with
-                 tf.compat.v1.saved_model.loader.load (tags "serve"); a request gives only
+    session      TensorFlow Serving's way, on the default export (its text signatures batch
+                 concurrent requests in the graph, export/batching.py): the SavedModel loaded
+                 into a TF1 Session with tf.compat.v1.saved_model.loader.load (tags "serve"),
+                 shared by the client threads' `session.run` calls; a request gives only
                  `sentences` and the other inputs of `serving_default` come from the
                  SignatureDef's `defaults`, as TensorFlow Serving's Predict handler
                  (servables/tensorflow/predict_util.cc) fills them (`PredictHandler`).
+    session-unbatched  the same on an export made with --no-batching (each request searched
+                 alone, as before the batching).
     function     a Python server's way: tf.saved_model.load once, `serving_default` called with
                  every input (a Python call applies no defaults: they are read from the same
                  SignatureDef).
@@ -27,12 +31,13 @@ each: Multi30k val when ../shared/data/multi30k is there, else --sentences or th
 source) are sent by that many client threads, each sending its next request when its last is
 answered. The thread count 1 pass gives the reference answers; in the other passes an answer
 whose translations differ, or whose scores differ by more than 1e-5, counts as a mismatch.
-Per thread count: requests/s and sentences/s over the pass's wall time, p50/p99 latency of a
-request, errors, mismatches. Peak RSS (VmHWM) is read after a fifth of the engine's
-requests and after all of them: with the default 1250 requests, after 1,000 and after 5,000;
-`rss_growth` is the second over the first, minus 1 (<= 0.05 passes). `nonempty_translations`
-is the share of the reference answers' translations that are not empty (a model answering
-only "" would make the answer check empty).
+Per thread count: requests/s and sentences/s over the pass's wall time, their ratio to one
+thread's (`vs_1_thread`), p50/p99 latency of a request, errors, mismatches. Peak RSS (VmHWM)
+is read after a fifth of the engine's requests and after all of them: with the default 1250
+requests, after 1,000 and after 5,000; `rss_growth` is the second over the first, minus 1
+(<= 0.05 passes). `nonempty_translations` is the share of the reference answers'
+translations that are not empty (a model answering only "" would make the answer check
+empty).
 
 Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
 an error, a mismatch or RSS growth over 5%. `PredictHandler` imports only TensorFlow and
@@ -58,7 +63,10 @@ from common import emit  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-ENGINES = ("session", "function", "ctranslate2")
+ENGINES = ("session", "session-unbatched", "function", "ctranslate2")
+# The export each engine loads (its key in `prepare`'s paths).
+EXPORT_OF = {"session": "saved_model", "session-unbatched": "saved_model_unbatched",
+             "function": "saved_model", "ctranslate2": "ctranslate2"}
 THREAD_COUNTS = (1, 2, 4, 8)
 SCORE_TOLERANCE = 1e-5
 MAX_RSS_GROWTH = 0.05
@@ -158,9 +166,9 @@ class FunctionHandler:
 
 def engine_answer(engine, paths):
     """A function sentences -> (translations, scores or None) for `engine`, loaded once."""
-    if engine in ("session", "function"):
-        handler = (PredictHandler if engine == "session" else FunctionHandler)(
-            paths["saved_model"])
+    if engine != "ctranslate2":
+        handler = (FunctionHandler if engine == "function" else PredictHandler)(
+            paths[EXPORT_OF[engine]])
 
         def answer(sentences):
             result = handler.predict({"sentences": sentences})
@@ -243,6 +251,8 @@ def load_engine(engine, paths, requests, thread_counts):
         record["threads"][str(count)] = {
             "requests_per_s": round(len(requests) / wall, 2),
             "sentences_per_s": round(sum(len(r) for r in requests) / wall, 1),
+            "vs_1_thread": round(len(requests) / wall / record["threads"]["1"][
+                "requests_per_s"], 2) if count != 1 else 1.0,
             "p50_ms": round(statistics.median(latencies), 1),
             "p99_ms": round(latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))], 1),
             "errors": errors, "mismatches": mismatches}
@@ -303,18 +313,24 @@ def train_tiny_run(folder, steps):
 
 
 def prepare(args, folder):
-    """{"saved_model", "ctranslate2"} export paths and the sentences to send."""
-    paths = {"saved_model": args.saved_model, "ctranslate2": args.ctranslate2_model}
+    """{"saved_model", "saved_model_unbatched", "ctranslate2"} export paths and the
+    sentences to send."""
+    paths = {"saved_model": args.saved_model, "ctranslate2": args.ctranslate2_model,
+             "saved_model_unbatched": args.unbatched_saved_model}
     run_dir = args.run_dir
-    needed = [("saved_model" if e != "ctranslate2" else "ctranslate2") for e in args.engines]
+    needed = [EXPORT_OF[e] for e in args.engines]
     if any(paths[n] is None for n in needed):
         from keras_transformer import export
 
         run_dir = run_dir or train_tiny_run(folder, args.train_steps)
-        for name, format in (("saved_model", "savedmodel"), ("ctranslate2", "ctranslate2")):
+        for name, format, extra in (
+                ("saved_model", "savedmodel", {}),
+                ("saved_model_unbatched", "savedmodel", {"batching": None}),
+                ("ctranslate2", "ctranslate2", {})):
             if paths[name] is None and name in needed:
                 paths[name] = export.export_run(run_dir, format=format,
-                                                output_dir=folder / "exports", name="serving")
+                                                output_dir=folder / "exports",
+                                                name=f"serving-{name}", **extra)
     if args.sentences:
         source = args.sentences
     elif (MULTI30K / "val.en.gz").is_file():
@@ -341,6 +357,9 @@ def main(argv=None):
     parser.add_argument("--train-steps", type=int, default=300,
                         help="steps of the tiny run trained without --run-dir (300)")
     parser.add_argument("--saved-model", help="an existing SavedModel export (skips exporting)")
+    parser.add_argument("--unbatched-saved-model",
+                        help="an existing SavedModel exported with --no-batching (for the "
+                        "session-unbatched engine)")
     parser.add_argument("--ctranslate2-model", help="an existing CTranslate2 export")
     parser.add_argument("--sentences", help="a text file (or .gz) of sentences to send "
                         "(default: Multi30k val.en, else the run's dev source)")

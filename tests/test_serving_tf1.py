@@ -143,6 +143,107 @@ def test_requests_tf_serving_refuses_are_refused_by_name(served):
     assert "unknown ['beam']" in unknown["refused"], unknown
 
 
+# Every request of THREADED sent alone, in turn, then all of them at once from one thread each
+# (released together by a barrier), ROUNDS times: through one TF1 Session, as TF Serving's
+# threads call it. Records the lone answers and every concurrent answer.
+THREADED_PROCESS = textwrap.dedent("""
+    import json, sys, threading
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    benchmarks, directory, requests, rounds, output = sys.argv[1:6]
+    sys.path.insert(0, benchmarks)
+    from serving_load import PredictHandler
+
+    handler = PredictHandler(directory)
+    requests = json.load(open(requests, encoding="utf-8"))
+
+    def answer(name, inputs):
+        return {k: v.tolist() if v.dtype != object else [
+            x.decode() if isinstance(x, bytes) else [y.decode() for y in x] for x in v.tolist()]
+            for k, v in handler.predict(inputs, name).items()}
+
+    alone = [answer(*request) for request in requests]
+    together = []
+    for _ in range(int(rounds)):
+        barrier, results = threading.Barrier(len(requests)), [None] * len(requests)
+
+        def send(index):
+            barrier.wait()
+            results[index] = answer(*requests[index])
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        together.append(results)
+    json.dump({"alone": alone, "together": together}, open(output, "w", encoding="utf-8"))
+""")
+# Requests with the export's options (batched together) and others (searched alone) at once.
+THREADED = [
+    ("serving_default", {"sentences": SENTENCES}),
+    ("serving_default", {"sentences": SENTENCES[:2]}),
+    ("serving_default", {"sentences": SENTENCES, "prefixes": PREFIXES}),
+    ("serving_default", {"sentences": SENTENCES[1:], "beam_size": 2}),
+    ("serving_default", {"sentences": SENTENCES[:1], "beam_size": 1, "prefixes": ["PARK"]}),
+    ("serving_default", {"sentences": SENTENCES, "alpha": 1.0}),
+    ("translate_nbest", {"sentences": SENTENCES}),
+    ("translate_nbest", {"sentences": SENTENCES[2:], "num_hypotheses": 2,
+                         "prefixes": PREFIXES[2:]}),
+    ("translate_nbest", {"sentences": SENTENCES[:3], "beam_size": 3, "num_hypotheses": 3}),
+    ("serving_default", {"sentences": [""]}),
+]
+
+
+@pytest.mark.slow
+def test_concurrent_requests_through_one_session_get_their_lone_answers(exports,
+                                                                         toy_translators):
+    """The default export batches the searches of concurrent requests with its options
+    (export/batching.py): each request still gets exactly its own answer, whatever shares
+    its batch, and requests with other beam sizes, alphas or prefixes at the same time get
+    theirs."""
+    folder = exports["folder"]
+    (folder / "threaded.json").write_text(json.dumps(THREADED), encoding="utf-8")
+    result = run_python("-c", THREADED_PROCESS, str(BENCHMARKS), str(exports["saved_model"]),
+                        str(folder / "threaded.json"), "3", str(folder / "threaded-out.json"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    answers = json.loads((folder / "threaded-out.json").read_text(encoding="utf-8"))
+    alone = answers["alone"]
+    for results in answers["together"]:
+        for request, lone, together in zip(THREADED, alone, results):
+            assert together["translations"] == lone["translations"], request
+            np.testing.assert_allclose(together["scores"], lone["scores"], atol=1e-5,
+                                       err_msg=str(request))
+    # The lone answers are the in-process translators' (batched or not, the same search).
+    texts, scores = _best(toy_translators[4].translate(SENTENCES, nbest=True,
+                                                       prefixes=PREFIXES))
+    assert alone[2]["translations"] == texts
+    np.testing.assert_allclose(alone[2]["scores"], scores, atol=1e-4)
+    texts, _ = _best(toy_translators[2].translate(SENTENCES[1:], nbest=True))
+    assert alone[3]["translations"] == texts
+    expected = toy_translators[4].translate(SENTENCES, nbest=True)
+    assert [row[:len(h)] for row, h in zip(alone[6]["translations"], expected)] == [
+        [t for t, _ in h] for h in expected]
+    assert any(t for row in alone[6]["translations"] for t in row)  # not all empty
+    assert alone[9] == {"translations": [""], "scores": [0.0]}
+
+
+@pytest.mark.slow
+def test_the_export_batches_in_the_graph_and_says_so_for_a_server(exports):
+    """The default export's text signatures hold the BatchFunction op (translate_ids does
+    not), and assets.extra/ holds the same settings for TF Serving's own batching."""
+    from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_TIMEOUT_MS
+
+    path = exports["saved_model"]
+    for signature in ("serving_default", "translate_nbest"):
+        assert "BatchFunction" in export.signature_op_types(path, signature)
+    assert "BatchFunction" not in export.signature_op_types(path, "translate_ids")
+    text = (path / "assets.extra" / "batching_parameters.txt").read_text(encoding="utf-8")
+    assert f"max_batch_size {{ value: {BATCH_MAX_ROWS} }}" in text
+    assert f"batch_timeout_micros {{ value: {int(BATCH_TIMEOUT_MS * 1000)} }}" in text
+    assert "num_batch_threads { value: 1 }" in text and "max_enqueued_batches" in text
+
+
 @pytest.mark.slow
 def test_the_load_benchmark_smoke_run_answers_every_request_alike(exports, tiny_run, toy_corpus,
                                                                    capsys, monkeypatch):

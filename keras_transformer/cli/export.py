@@ -5,7 +5,7 @@ import sys
 
 from keras_transformer.cli.flags import add_flags, add_run_flags, tensorflow_only
 from keras_transformer.decoding.request import DEFAULTS, EXPORT
-from keras_transformer.defaults import EXPORT_DIR
+from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_TIMEOUT_MS, EXPORT_DIR
 
 
 def average(args):
@@ -37,7 +37,7 @@ def export(args):
     from absl import logging as absl_logging
 
     from keras_transformer.decoding.decoder import Decoder
-    from keras_transformer.export import export_run
+    from keras_transformer.export import Batching, export_run
 
     # TensorFlow logs every renamed function input while saving; keep the output readable.
     absl_logging.set_verbosity(absl_logging.WARNING)
@@ -48,7 +48,9 @@ def export(args):
         path = export_run(
             args.run_dir, format=args.format, quantize=args.quantize,
             output_dir=args.output_dir, name=args.name, version=args.version,
-            overwrite=args.overwrite, ids_only=args.ids_only, decoder=decoder)
+            overwrite=args.overwrite, ids_only=args.ids_only, decoder=decoder,
+            batching=None if args.no_batching else Batching(
+                max_rows=args.batch_max_rows, timeout_ms=args.batch_timeout_ms))
     print(f"exported {args.format} to {path}")
 
 
@@ -113,6 +115,15 @@ def register(commands):
     add_flags(parser, EXPORT)
     parser.add_argument("--ids-only", action="store_true",
                         help="SavedModel with translate_ids only: loads without tensorflow-text")
+    parser.add_argument("--batch-max-rows", type=int, default=BATCH_MAX_ROWS,
+                        help="SavedModel: the most sentences that concurrent requests with the "
+                        "export's beam and alpha are searched with at once "
+                        f"({BATCH_MAX_ROWS}; x beam at most 1024)")
+    parser.add_argument("--batch-timeout-ms", type=float, default=BATCH_TIMEOUT_MS,
+                        help="SavedModel: how long a request waits for others to share its "
+                        f"search, in ms ({BATCH_TIMEOUT_MS:g})")
+    parser.add_argument("--no-batching", action="store_true",
+                        help="SavedModel: search each request alone (no BatchFunction op)")
     parser.set_defaults(run=export)
 
     parser = commands.add_parser(

@@ -2,6 +2,7 @@
 CTranslate2 folder (run by `decoding.engines.ctranslate2`).
 
     graph.py         the exported graphs around decoding's search bodies (request checks)
+    batching.py      concurrent requests searched together in the graph (BatchFunction)
     saved_model.py   SavedModel: the text signatures and translate_ids (ids) signatures
     text_signatures.py  serving_default, translate_nbest, sample, score (text in, text out)
     tflite.py        TFLite: one sentence of ids -> ids, builtin ops, optional quantization
@@ -17,6 +18,7 @@ from keras_transformer.decoding.request import EXPORT, check
 from keras_transformer.errors import InputError
 from keras_transformer.defaults import (  # noqa: F401  (where a run's exports go)
     EXPORT_DIR, ctranslate2_folder, export_base, export_name)
+from keras_transformer.export.batching import Batching
 from keras_transformer.export.graph import ExportError  # noqa: F401
 from keras_transformer.export.saved_model import (  # noqa: F401
     IdsTranslatorModule, TranslatorModule, existing_versions, export_saved_model,
@@ -33,7 +35,8 @@ QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
 
 def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_DIR,
                name=None, version=None, overwrite=False, beam_size=None, alpha=None,
-               model_file=None, ids_only=False, alignments=False, decoder=None):
+               model_file=None, ids_only=False, alignments=False, decoder=None,
+               batching=Batching()):
     """Exports a training run; returns the path written.
 
     SavedModel: OUTPUT_DIR/NAME/VERSION/. TFLite: OUTPUT_DIR/NAME/tflite/*.tflite.
@@ -45,7 +48,8 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
     beam_size the beam of its translate_ids_xla signature. `alignments` (SavedModel only,
     not ids_only) adds the `alignments` output to serving_default and translate_nbest.
     `decoder`: the export command's resolved request (`Decoder.from_flags`), instead of
-    `model_file`, `beam_size`, `alpha` and `alignments`.
+    `model_file`, `beam_size`, `alpha` and `alignments`. `batching` (SavedModel): a
+    `Batching`, the in-graph batching of concurrent requests (`export.batching`), or None.
     """
     if format not in FORMATS:
         raise ExportError(f"format={format!r} must be one of {', '.join(FORMATS)}.")
@@ -83,6 +87,6 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
     if format == "savedmodel":
         return export_saved_model(model, tokenizer, base_dir, version, overwrite,
                                   max_input_length, ids_only, choice.beam_size, choice.alpha,
-                                  alignments=alignments)
+                                  alignments=alignments, batching=batching)
     return export_tflite(model, tokenizer, base_dir / "tflite", quantize, choice.beam_size,
                          choice.alpha, max_input_length, overwrite)

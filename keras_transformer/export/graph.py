@@ -182,16 +182,10 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
     An empty row gives EOS with score 0 first; places the search's pool did not fill (and an
     empty row's others) hold no tokens and the score NEG_INF (-1e9).
     """
-    sentences = tf.shape(source_ids)[0]
-    beam_size, alpha = _check_search_options(beam_size, alpha, sentences, max_rows)
-    num_hypotheses = tf.convert_to_tensor(num_hypotheses, tf.int32)
-    num_hypotheses, source_ids = _checked([  # before the search
-        _require(num_hypotheses >= 1, "num_hypotheses must be >= 1; got", num_hypotheses),
-        _require(num_hypotheses <= beam_size, "num_hypotheses must be <= beam_size; got "
-                 "num_hypotheses, beam_size =", num_hypotheses, beam_size)],
-        num_hypotheses, source_ids)
-    prefix = check_prefix(prefix, sentences)
-    constraints = check_constraints(constraints, sentences, beam_size, max_input_length)
+    source_ids, beam_size, alpha, num_hypotheses, prefix = check_nbest_request(
+        source_ids, beam_size, alpha, num_hypotheses, prefix, max_rows)
+    constraints = check_constraints(constraints, tf.shape(source_ids)[0], beam_size,
+                                    max_input_length)
     ids, empty = prepare_ids(source_ids, max_input_length)
 
     def search(constraints=None):
@@ -206,6 +200,21 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
     # A request without constraints runs today's search, without their bookkeeping.
     return tf.cond(tf.reduce_any(tf.not_equal(constraints, PAD_ID)),
                    lambda: search(constraints), search)
+
+
+def check_nbest_request(source_ids, beam_size, alpha, num_hypotheses, prefix=None,
+                        max_rows=MAX_ROWS):
+    """A beam search request's tensors (source_ids, beam_size, alpha, num_hypotheses,
+    prefix), available once every check has passed (before anything is searched)."""
+    sentences = tf.shape(source_ids)[0]
+    beam_size, alpha = _check_search_options(beam_size, alpha, sentences, max_rows)
+    num_hypotheses = tf.convert_to_tensor(num_hypotheses, tf.int32)
+    num_hypotheses, source_ids = _checked([
+        _require(num_hypotheses >= 1, "num_hypotheses must be >= 1; got", num_hypotheses),
+        _require(num_hypotheses <= beam_size, "num_hypotheses must be <= beam_size; got "
+                 "num_hypotheses, beam_size =", num_hypotheses, beam_size)],
+        num_hypotheses, source_ids)
+    return source_ids, beam_size, alpha, num_hypotheses, check_prefix(prefix, sentences)
 
 
 def sample_ids(model, source_ids, num_samples, top_k, top_p, temperature, seed,

@@ -45,8 +45,10 @@ import tensorflow as tf
 
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import MAX_LENGTH
-from keras_transformer.export import text_signatures
-from keras_transformer.export.graph import MAX_ROWS, ExportError, search_ids, xla_search_ids
+from keras_transformer.export import batching as batching_module, text_signatures
+from keras_transformer.export.batching import Batching, BatchedSearch
+from keras_transformer.export.graph import (
+    MAX_ROWS, ExportError, nbest_ids, search_ids, xla_search_ids)
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,18 @@ class IdsTranslatorModule(tf.Module):
     @property
     def model(self):
         return self._parts.model
+
+    def nbest_ids(self, source_ids, beam_size, alpha, num_hypotheses, prefix=None,
+                  constraints=None):
+        """The text signatures' beam search (`graph.nbest_ids` with this export's bounds):
+        (ids (N, H, T), scores (N, H))."""
+        return nbest_ids(self.model, source_ids, beam_size, alpha, num_hypotheses,
+                         self.max_input_length, self.max_rows, prefix, constraints)
+
+    def search_ids(self, source_ids, beam_size, alpha, prefix=None, constraints=None):
+        """The best hypothesis of `nbest_ids`: (ids (N, T), scores (N,))."""
+        ids, scores = self.nbest_ids(source_ids, beam_size, alpha, 1, prefix, constraints)
+        return ids[:, 0, :], scores[:, 0]
 
     # The signatures are made per module, so that their default inputs are this export's.
     def _translate_ids_function(self):
@@ -135,19 +149,32 @@ class TranslatorModule(IdsTranslatorModule):
         max_input_length: longer inputs are truncated (subword tokens, EOS included).
         beam_size, alpha, max_rows: as for `IdsTranslatorModule`.
         alignments: add the `alignments` output to serving_default and translate_nbest.
+        batching: a `Batching`: concurrent requests with the default beam_size and alpha are
+            searched together (`export.batching`); None: each request alone.
     """
 
     def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH,
                  beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"], max_rows=MAX_ROWS,
-                 alignments=False):
+                 alignments=False, batching=None):
         super().__init__(model, max_input_length, beam_size, alpha, max_rows)
         self.tokenizer = tokenizer
+        # Untracked too: it holds the model (its batcher is an op of the traced graphs).
+        self._parts.batched = batching and BatchedSearch(
+            model, self.beam_size, self.alpha, max_input_length, self.max_rows, batching)
         # Untracked, as the model (a constant of the graph, not a saved object).
         self._parts.starts_word = text_signatures.starts_word(tokenizer) if alignments else None
         self.serve = text_signatures.serving_default(self)
         self.translate_nbest = text_signatures.translate_nbest(self)
         self.sample = text_signatures.sample(self)
         self.score = text_signatures.score(self)
+
+    def nbest_ids(self, source_ids, beam_size, alpha, num_hypotheses, prefix=None,
+                  constraints=None):
+        if self._parts.batched is None:
+            return super().nbest_ids(source_ids, beam_size, alpha, num_hypotheses, prefix,
+                                     constraints)
+        return self._parts.batched(source_ids, beam_size, alpha, num_hypotheses, prefix,
+                                   constraints)
 
     @property
     def starts_word(self):
@@ -170,7 +197,7 @@ def existing_versions(base_dir):
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
                        max_input_length=MAX_LENGTH, ids_only=False,
                        beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
-                       max_rows=MAX_ROWS, alignments=False):
+                       max_rows=MAX_ROWS, alignments=False, batching=Batching()):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 
     Args:
@@ -182,6 +209,10 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         max_rows: the most rows one request may search (see `export.graph.MAX_ROWS`).
         alignments: the `alignments` output of serving_default and translate_nbest (not
             with ids_only).
+        batching: a `Batching` (`export.batching`; the default's settings), or None: the
+            text signatures search each request alone. Its settings are also written, as the
+            text proto TensorFlow Serving's `--batching_parameters_file` reads, to
+            assets.extra/batching_parameters.txt (`Batching.parameters_text`).
     """
     base_dir = pathlib.Path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -199,7 +230,7 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
     module = (IdsTranslatorModule(model, max_input_length, beam_size, alpha, max_rows)
               if ids_only else
               TranslatorModule(model, tokenizer, max_input_length, beam_size, alpha, max_rows,
-                               alignments))
+                               alignments, batching))
     start = time.time()
     with atomic_path(target) as temporary:
         temporary.mkdir()  # from here on, everything goes under the temporary name
@@ -208,6 +239,12 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         if not ids_only:
             # The sentencepiece model, for clients that tokenize themselves (translate_ids).
             write_bytes(temporary / "assets.extra" / tokenizer.FILENAME, tokenizer.model_proto)
+        # For a server's own batching (docs/export.md): in assets.extra, which TensorFlow
+        # Serving never reads by itself (a `batching_params.pbtxt` in the version folder
+        # would switch its per-model batching on, which these signatures' scalar options
+        # cannot take); the same values as the graph's batcher, or its defaults.
+        write_bytes(temporary / "assets.extra" / batching_module.FILENAME,
+                    (batching or Batching()).parameters_text().encode("utf-8"))
     log.info("SavedModel written to %s in %.1f s", target, time.time() - start)
     return target
 

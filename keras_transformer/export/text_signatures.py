@@ -23,10 +23,13 @@ output starting with its subword tokens ("" for none), truncated to max_input_le
 constrained beam search, `decoding.search.beam_search`); checked by `export.graph`
 (`check_constraints`: at most MAX_CONSTRAINTS phrases, each of at most max_input_length
 tokens, none spelled with the unknown piece, a beam of 2 or more).
-Each signature is made per module, so that the defaults of its optional inputs are the
-export's (kept in the saved functions and the SignatureDefs). The options' inputs, their
-dtypes and the defaults the export does not choose (sampling) come from the decoding request
-(`decoding.request`), where every option is declared once.
+The beam searches of `serving_default` and `translate_nbest` are the module's
+(`search_ids`, `nbest_ids`): batched across concurrent requests when exported with batching
+(`export.batching`; a request with constraints is searched alone). Each signature is made per
+module, so that the defaults of its optional inputs are the export's (kept in the saved
+functions and the SignatureDefs). The options' inputs, their dtypes and the defaults the
+export does not choose (sampling) come from the decoding request (`decoding.request`), where
+every option is declared once.
 """
 
 import tensorflow as tf
@@ -34,7 +37,7 @@ import tensorflow as tf
 from keras_transformer.decoding.search.alignment import align_ids, pharaoh_graph, starts_word_table
 from keras_transformer.decoding.request import DEFAULTS, signature_input
 from keras_transformer.export.graph import (
-    nbest_ids, normalize_text, sample_ids, score_target_ids, search_ids)
+    normalize_text, sample_ids, score_target_ids)
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
@@ -126,9 +129,9 @@ def serving_default(module):
               alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string),
               constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
         ids, empty = source_ids(module, sentences)
-        best, scores = search_ids(module.model, ids, beam_size, alpha, module.max_input_length,
-                                  module.max_rows, prefix_ids(module, prefixes, sentences),
-                                  constraint_ids(module, constraints, sentences))
+        best, scores = module.search_ids(ids, beam_size, alpha,
+                                         prefix_ids(module, prefixes, sentences),
+                                         constraint_ids(module, constraints, sentences))
         translations = module.tokenizer.detokenize_dense(best)
         outputs = {"translations": tf.where(empty, "", translations), "scores": scores}
         if module.starts_word is not None:
@@ -147,10 +150,9 @@ def translate_nbest(module):
               prefixes=tf.constant(NO_PREFIXES, tf.string),
               constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
         ids, empty = source_ids(module, sentences)
-        hypotheses, scores = nbest_ids(
-            module.model, ids, beam_size, alpha, num_hypotheses, module.max_input_length,
-            module.max_rows, prefix_ids(module, prefixes, sentences),
-            constraint_ids(module, constraints, sentences))
+        hypotheses, scores = module.nbest_ids(ids, beam_size, alpha, num_hypotheses,
+                                              prefix_ids(module, prefixes, sentences),
+                                              constraint_ids(module, constraints, sentences))
         outputs = {"translations": detokenize(module, hypotheses), "scores": scores}
         if module.starts_word is not None:
             outputs["alignments"] = alignments(module, ids, hypotheses)
