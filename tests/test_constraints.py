@@ -7,11 +7,6 @@ The models are untrained (tiny, a 40-token vocabulary) and the length limit shor
 them.
 """
 
-import importlib.util
-import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -25,7 +20,6 @@ from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID
 from pipelines.tokenizer import train_tokenizer
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 40
 EXTRA = 12
 
@@ -140,6 +134,7 @@ def test_a_beam_of_1_is_refused(model):
 
 
 @pytest.mark.slow  # eager decoding and an XLA compilation
+# The same search under JAX: tests/test_search_jax.py (one JAX child for every mode).
 def test_eager_graph_and_xla_find_the_same(model, constrained):
     src = sources()
     expected = constrained(src, CONSTRAINTS)
@@ -152,42 +147,6 @@ def test_eager_graph_and_xla_find_the_same(model, constrained):
         np.testing.assert_array_equal(np.asarray(found["ids"]), np.asarray(expected["ids"]))
         np.testing.assert_allclose(np.asarray(found["scores"]), np.asarray(expected["scores"]),
                                    rtol=1e-4, atol=1e-4)
-
-
-JAX_SCRIPT = """
-import sys
-import numpy as np
-from keras_transformer import Transformer
-from keras_transformer.decoding.search.beam_search import compiled_beam_search
-
-folder = sys.argv[1]
-model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0)
-model.build()
-model.load_weights(folder + "/model.weights.h5")
-inputs = np.load(folder + "/inputs.npz")
-search = compiled_beam_search(model, 4, extra_length={extra}, with_constraints=True)
-result = search(inputs["source"], inputs["constraints"])
-np.savez(folder + "/jax.npz", ids=result["ids"], scores=result["scores"])
-"""
-
-
-@pytest.mark.slow  # JAX compiles the search in a subprocess
-@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
-def test_jax_finds_what_tensorflow_finds(model, constrained, tmp_path):
-    src = np.pad(sources(), [[0, 0], [0, 9]])
-    model.save_weights(str(tmp_path / "model.weights.h5"))
-    np.savez(tmp_path / "inputs.npz", source=src, constraints=CONSTRAINTS)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-           "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run([sys.executable, "-c", JAX_SCRIPT.format(vocab=VOCAB, extra=EXTRA),
-                             str(tmp_path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = np.load(tmp_path / "jax.npz")
-    expected = constrained(src, CONSTRAINTS)
-    np.testing.assert_array_equal(found["ids"], np.asarray(expected["ids"]))
-    np.testing.assert_allclose(found["scores"], np.asarray(expected["scores"]), rtol=1e-4,
-                               atol=1e-4)
 
 
 # -- the text layer ------------------------------------------------------------------------------
