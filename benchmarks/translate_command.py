@@ -104,10 +104,8 @@ def main(argv=None):
         environ["KERAS_TRANSFORMER_XLA_CACHE"] = str(folder / "xla-cache")
         ct2 = args.ctranslate2_model
         if ct2 is None:
-            subprocess.run(command("export", "--run-dir", args.run_dir, "--format",
-                                   "ctranslate2", "--quantize", "int8", "--output-dir",
-                                   str(folder / "ct2")), env=environ, check=True,
-                           capture_output=True)
+            run_timed(["export", "--run-dir", args.run_dir, "--format", "ctranslate2",
+                       "--quantize", "int8", "--output-dir", str(folder / "ct2")], environ)
             ct2 = str(next((folder / "ct2").glob("*/ctranslate2-int8")))
         runs = {"xla_cold": ["--xla"], "xla_warm": ["--xla"], "default": [],
                 "ctranslate2": ["--engine", "ctranslate2", "--ctranslate2-model", ct2]}
