@@ -5,6 +5,8 @@ import pathlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# No persistent XLA cache under the tests (a test of the cache names its own folder).
+os.environ.setdefault("KERAS_TRANSFORMER_XLA_CACHE", "off")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402

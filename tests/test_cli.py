@@ -92,7 +92,7 @@ def test_without_a_saved_choice_the_defaults_decode(tmp_path):
     assert decoder.describe() == (
         f"decoding with {Run.AVERAGED}: beam_size {DEFAULTS['beam_size']}, alpha "
         f"{DEFAULTS['alpha']}, precision {precision}, batch_size {DEFAULTS['batch_size']}, "
-        f"engine tensorflow; {reason}")
+        f"{said_xla(precision)}, engine tensorflow; {reason}")
 
 
 def test_the_saved_choice_decodes_and_flags_override_it(tmp_path):
@@ -105,7 +105,8 @@ def test_the_saved_choice_decodes_and_flags_override_it(tmp_path):
     precision, reason = resolve_precision()
     assert decoder.describe() == (
         f"decoding with {Run.MODEL} (final weights) [run]: beam_size 5 [run], alpha 1.0 [run], "
-        f"precision {precision}, batch_size 64, engine tensorflow; run: chosen by the main job, "
+        f"precision {precision}, batch_size 64, {said_xla(precision)}, engine tensorflow; "
+        f"run: chosen by the main job, "
         f"on val (a flag overrides it); {reason}")
     decoder = choice(run, beam=2)
     assert (decoder.request.beam_size, decoder.request.alpha) == (2, 1.0)
@@ -189,3 +190,11 @@ def test_one_function_decides_where_exports_go(tmp_path):
     assert ctranslate2_folder(run_dir, "int8", tmp_path, "x") == tmp_path / "x" / "ctranslate2-int8"
     with pytest.raises(InputError, match="use letters"):
         export_base(run_dir, name="a b")
+
+
+def said_xla(precision):
+    """What the decoder's line says of XLA under auto (`decoding.engines.xla`)."""
+    from keras_transformer.decoding.engines.xla import resolve_xla
+
+    on, why = resolve_xla(None, precision)
+    return f"xla {'on' if on else 'off'} [{why}]"

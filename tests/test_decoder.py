@@ -72,5 +72,15 @@ def test_describe_says_the_precision_before_an_engine_is_built():
     assert decoder.precision == (precision, reason)
     assert decoder.describe() == (
         f"decoding with the members' models: beam_size 2, alpha {DEFAULTS['alpha']}, precision "
-        f"{precision}, batch_size {DEFAULTS['batch_size']}, engine tensorflow; {reason}")
+        f"{precision}, batch_size {DEFAULTS['batch_size']}, {said_xla(precision)}, "
+        f"engine tensorflow; "
+        f"{reason}")
     assert Decoder(Request(engine="ctranslate2")).precision == (None, None)
+
+
+def said_xla(precision):
+    """What the decoder's line says of XLA under auto (`decoding.engines.xla`)."""
+    from keras_transformer.decoding.engines.xla import resolve_xla
+
+    on, why = resolve_xla(None, precision)
+    return f"xla {'on' if on else 'off'} [{why}]"

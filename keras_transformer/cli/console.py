@@ -38,9 +38,14 @@ def setup(show_native_logs, own_console=True):
             show_native_logs, native logs are hidden (`hide_native_logs`), and TensorFlow's
             CPU kernel defaults for this CPU class apply (`hardware.apply_cpu_defaults`).
             False (the command run inside another program): the environment defaults only.
+            Both: the persistent XLA compilation cache (`compilation_cache`), which takes
+            effect where TensorFlow (JAX) has not loaded yet.
     """
     for name, value in ENVIRONMENT_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    from keras_transformer.cli import compilation_cache
+
+    compilation_cache.setup()  # XLA's compiled programs kept between commands
     if not own_console:
         return
     if not show_native_logs:

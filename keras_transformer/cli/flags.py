@@ -3,6 +3,7 @@
 share beside them, and the rule for TensorFlow-only commands. No heavy imports at module level:
 building the parser stays fast."""
 
+import argparse
 import typing
 
 from keras_transformer.decoding import request
@@ -47,8 +48,9 @@ def add_flags(parser, command):
         shown = default if default is not None else (meta["default_text"]
                                                      or f"default {meta['default']}")
         options = dict(default=None, help=f"{meta['help']} ({shown})")
-        if kind is bool:
-            options["action"] = "store_true"
+        if kind is bool:  # a switch; one whose default is None (auto) has --no-NAME too
+            options["action"] = ("store_true" if meta["default"] is not None
+                                 else argparse.BooleanOptionalAction)
         else:
             options.update(type=kind, metavar=meta["metavar"] or name.upper())
             if meta["choices"]:

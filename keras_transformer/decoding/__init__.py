@@ -17,12 +17,14 @@ Its rooms are floors, each importing only from those above it in this list:
         rules.py          what every body shares: banned tokens, prefixes, the empty-row
                           rule, trimming
         alignment.py      word alignments from the cross-attention (Pharaoh format), and AER
-        compiling.py      compile_search: a search compiled once per backend
+        compiling.py      compile_search: a search compiled once per backend; the shape
+                          buckets of static searches
     engines/          the engines, one text layer over them:
         engine.py         the engine interface: the text layer shared by every engine
         translator.py     Translator, the Keras engine (TensorFlow or JAX, float32 or bf16)
         ctranslate2.py    CTranslate2Translator, the engine of a CTranslate2 export
         precision.py      float32 or bfloat16 (where the CPU has bf16 units): the choice, the cast
+        xla.py            XLA or not: the choice of `xla: auto` where measured, with its reason
     decoder.py        Decoder: the one way in; where each value came from, the run's saved
                       choice (decoding.json's one writer), the precision, the line on standard
                       error, and the engine built from a request

@@ -21,6 +21,7 @@ import pathlib
 from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.decoding.engines.precision import resolve_precision
 from keras_transformer.decoding.engines.translator import Translator
+from keras_transformer.decoding.engines.xla import resolve_xla
 from keras_transformer.decoding import request as declared
 from keras_transformer.decoding.request import (
     ATTENTION, EVALUATE, EXPORT, PARSE, SAMPLE, SCORE, SEARCH, TRANSLATE, check,
@@ -52,7 +53,7 @@ class Decoder:
         self.run, self.command = run, command
         self.sources = dict(sources or {})
         self.choice = dict(choice or {})
-        self._precision = None
+        self._precision = self._xla = None
 
     # -- building ----------------------------------------------------------------------------
     @classmethod
@@ -133,6 +134,17 @@ class Decoder:
             self._precision = resolve_precision(self.request.precision)
         return self._precision
 
+    @property
+    def xla(self):
+        """(on, reason): whether the Keras engine compiles the search with XLA
+        (`engines.xla`: a flag, else auto for this CPU class and precision); (None, None)
+        for another engine."""
+        if self.request.engine != "tensorflow":
+            return None, None
+        if self._xla is None:
+            self._xla = resolve_xla(self.request.xla, self.precision[0])
+        return self._xla
+
     def engine(self, model=None, tokenizer=None, max_input_length=None):
         """The engine the request asks for, through that engine's own `from_request`, every
         option it asks for checked against what the engine supports. The Keras engine
@@ -159,9 +171,10 @@ class Decoder:
         """One line: what decodes, each value and where it came from when not the default
         (in brackets, as the training settings' effective config), e.g. "decoding with
         averaged.keras (average of the last 5 checkpoints) [run]: beam_size 4 [run], alpha
-        1.0 [run], precision bfloat16, batch_size 64, engine tensorflow; run: chosen by the
-        main job, on val (a flag overrides it); bf16: this CPU has avx512_bf16; --precision
-        float32 restores float32"."""
+        1.0 [run], precision bfloat16, batch_size 64, xla off [auto: not measured faster on
+        the avx512_bf16 class in bfloat16 (--xla forces it)], engine tensorflow; run: chosen
+        by the main job, on val (a flag overrides it); bf16: this CPU has avx512_bf16;
+        --precision float32 restores float32"."""
         request, command = self.request, self.command
         if request.engine == "ctranslate2":
             label = f"the CTranslate2 export {self.ctranslate2_folder()}"
@@ -181,6 +194,11 @@ class Decoder:
                     or not request.applies(name, command):
                 continue
             value = precision if name == "precision" and precision else getattr(request, name)
+            if name == "xla" and request.engine == "tensorflow":
+                on, why = self.xla  # always said, with its reason when auto chose it
+                source = self.sources.get(name)
+                items.append(f"xla {'on' if on else 'off'} [{source or why}]")
+                continue
             if value is None or value is False or (name == "precision" and not precision):
                 continue  # off switches, and what another engine does not compute
             source = self.sources.get(name)

@@ -160,10 +160,14 @@ class Request:
     batch_size: int = option(
         64, "sentences (score: pairs) per batch", check=Range(low=1),
         commands=ALL + (DISTILL,))
-    xla: bool = option(
-        False, "tensorflow engine: compile the search with XLA (1.3-1.4x faster per batch on "
-        "CPU, after a compilation of seconds for each batch shape; worth it for large inputs)",
-        commands=(TRANSLATE, EVALUATE), mode=SEARCH, default_text="off")
+    xla: typing.Optional[bool] = option(
+        None, "tensorflow engine: compile the search with XLA (--no-xla: not), on a few batch "
+        "shapes, each compiled once per machine (a persistent cache: "
+        "$XDG_CACHE_HOME/keras-transformer/xla, KERAS_TRANSFORMER_XLA_CACHE=DIR or off)",
+        commands=(TRANSLATE, EVALUATE), mode=SEARCH,
+        default_text="default: auto, on where the whole command was measured faster with it "
+        "on this CPU class and precision, off elsewhere; the line on standard error says "
+        "which and why")
     engine: str = option(
         "tensorflow", "tensorflow: the run's Keras model; ctranslate2: the run's CTranslate2 "
         "export (keras-transformer export --format ctranslate2), whose --alpha divides scores "

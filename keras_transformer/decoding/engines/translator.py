@@ -24,9 +24,11 @@ import numpy as np
 
 from keras_transformer.decoding.search.alignment import align_ids, pharaoh_lines, starts_word_table
 from keras_transformer.decoding.search.beam_search import compiled_beam_search
-from keras_transformer.decoding.search.compiling import XLA_WIDTH_STEP, compile_search, dynamic_shapes
+from keras_transformer.decoding.search.compiling import (
+    bucket_rows, bucket_width, compile_search, dynamic_shapes, pad_rows, unpad_rows)
 from keras_transformer.decoding.engines.engine import Engine
 from keras_transformer.decoding.engines.precision import cast_model, copy_weights, resolve_precision
+from keras_transformer.decoding.engines.xla import resolve_xla
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.decoding.search.sampling import compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
@@ -54,12 +56,14 @@ class Translator(Engine):
         batch_size: sentences per search call (sentences are sorted by length first).
         extra_length: maximum output length = input length + extra_length (paper: 50 for
             translation, 300 for parsing).
-        jit_compile: compile the search with XLA (once per batch shape: batches are padded
-            to a multiple of `compiling.XLA_WIDTH_STEP` tokens to bound the compilations). Faster
-            per batch on CPU (1.4x at batch 32, 1.3x at batch 1 on the base preset), after a
-            compilation of seconds per shape: worth it for many batches or a long-lived
-            process. Under JAX the search is always compiled (jax.jit), widths padded
-            the same way.
+        jit_compile: compile the search with XLA: True, False, or None ("auto": where it
+            was measured faster on this CPU class and precision, `decoding.engines.xla`).
+            XLA compiles once per input shape, so batches are padded to a few shapes (rows
+            to a power of two up to batch_size, widths to a few steps:
+            `compiling.bucket_rows`, `bucket_width`), the same outputs per sentence; a
+            compilation takes seconds, which the command's persistent cache
+            (`cli.compilation_cache`) pays once per machine. Under JAX the search is always
+            compiled (jax.jit), on the same buckets.
         precision: "auto" (bfloat16 on CPUs with bf16 units, AMX or AVX-512 BF16; float32
             elsewhere), "float32" or "bfloat16". In bfloat16 the translator searches a copy
             of `model` whose weights are cast to bfloat16 here, once (`self.model`; the
@@ -69,6 +73,7 @@ class Translator(Engine):
     Attributes:
         precision: the dtype it computes in, "float32" or "bfloat16".
         precision_reason: why, in one line (e.g. "bf16: this CPU has avx512_bf16; ...").
+        jit_compile: whether the search is compiled by XLA; `xla_reason` says why.
     """
 
     NAME = "tensorflow"
@@ -80,10 +85,11 @@ class Translator(Engine):
     def __init__(self, model, tokenizer, beam_size=DEFAULTS["beam_size"],
                  alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH,
                  batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
-                 jit_compile=False, precision=DEFAULTS["precision"]):
+                 jit_compile=DEFAULTS["xla"], precision=DEFAULTS["precision"]):
         check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
-                   extra_length=extra_length, precision=precision))
+                   extra_length=extra_length, precision=precision, xla=jit_compile))
         self.precision, self.precision_reason = resolve_precision(precision)
+        jit_compile, self.xla_reason = resolve_xla(jit_compile, self.precision)
         self.source_model, self.tokenizer = model, tokenizer
         self.model = cast_model(model, self.precision)
         self._copied_at = _optimizer_step(model)
@@ -147,13 +153,28 @@ class Translator(Engine):
             search = self._compiled_once(("constraints", with_prefix), lambda: (
                 self._compile_search(with_prefix, with_constraints=True)))
             self._follow_training()
-            return search(source_ids, constraint_ids,
-                          *([prefix_ids] if with_prefix else []))
+            return self._on_bucket(search, source_ids, constraint_ids,
+                                   *([prefix_ids] if with_prefix else []))
         self._follow_training()
         if prefix_ids is None:
-            return self._search(source_ids)
+            return self._on_bucket(self._search, source_ids)
         search = self._compiled_once("prefix", lambda: self._compile_search(with_prefix=True))
-        return search(source_ids, prefix_ids)
+        return self._on_bucket(search, source_ids, prefix_ids)
+
+    @property
+    def static_shapes(self):
+        """Whether the searches compile per input shape (XLA, JAX): inputs go on buckets."""
+        return self.jit_compile or not dynamic_shapes()
+
+    def _on_bucket(self, function, *rows):
+        """`function(*rows)` on a bucket of rows where shapes are static (each (n, ...) array
+        padded to `bucket_rows(n)` rows by repeating its first row, the outputs cut back to
+        n rows); as it is elsewhere."""
+        count = len(rows[0])
+        bucket = bucket_rows(count, self.batch_size) if self.static_shapes else count
+        if bucket == count:
+            return function(*rows)
+        return unpad_rows(function(*[pad_rows(array, bucket) for array in rows]), count)
 
     def _follow_training(self):
         """Copies the weights again into a cast copy of a model that has trained since."""
@@ -208,10 +229,11 @@ class Translator(Engine):
         aligner = self._compiled_once("align", self._compile_aligner)
         self._follow_training()
         target_ids = np.asarray(target_ids, np.int32)
-        if self.jit_compile or not dynamic_shapes():  # a few widths, a few compilations
-            width = -(-max(target_ids.shape[1], 1) // XLA_WIDTH_STEP) * XLA_WIDTH_STEP
+        if self.static_shapes:  # a few widths, a few compilations
+            width = bucket_width(target_ids.shape[1])
             target_ids = np.pad(target_ids, [(0, 0), (0, width - target_ids.shape[1])])
-        return pharaoh_lines({"links": aligner(np.asarray(source_ids, np.int32), target_ids)})
+        links = self._on_bucket(aligner, np.asarray(source_ids, np.int32), target_ids)
+        return pharaoh_lines({"links": links})
 
     def _compile_aligner(self):
         starts_word = starts_word_table(self.vocabulary.pieces())
@@ -252,9 +274,9 @@ class Translator(Engine):
 
         def score(sources, targets):
             self._follow_training()
-            outputs = scorer(self._padded(sources),
-                             self._padded([row + [EOS_ID] for row in targets],
-                                          capped=False))
+            outputs = self._on_bucket(scorer, self._padded(sources),
+                                      self._padded([row + [EOS_ID] for row in targets],
+                                                   capped=False))
             totals, counts = np.asarray(outputs["log_prob"]), np.asarray(outputs["tokens"])
             return [(float(total), int(count)) for total, count in zip(totals, counts)]
 
@@ -268,11 +290,10 @@ class Translator(Engine):
                  if scores[row, j] > -1e8] for row in range(len(texts))]
 
     def _padded(self, rows, capped=True):
-        """Id rows as one (n, width) int32 array; widths padded to a multiple of
-        XLA_WIDTH_STEP where the search compiles per shape (sources: at most up to
-        max_input_length, `capped`)."""
-        static = self.jit_compile or not dynamic_shapes()
-        return _padded(rows, static, self.max_input_length if capped else None)
+        """Id rows as one (n, width) int32 array; widths padded to a bucket
+        (`compiling.bucket_width`) where the search compiles per shape (sources: at most up
+        to max_input_length, `capped`)."""
+        return _padded(rows, self.static_shapes, self.max_input_length if capped else None)
 
     def _phrases(self, rows):
         """Per row a list of phrases' id lists as one (n, C, L) int32 array, 0-padded to the
@@ -280,7 +301,7 @@ class Translator(Engine):
         rounded up to powers of two, to bound the compilations)."""
         count = max([len(phrases) for phrases in rows] + [1])
         width = max([len(phrase) for phrases in rows for phrase in phrases] + [1])
-        if self.jit_compile or not dynamic_shapes():
+        if self.static_shapes:
             count, width = 1 << (count - 1).bit_length(), 1 << (width - 1).bit_length()
         array = np.zeros((len(rows), count, width), np.int32)
         for number, phrases in enumerate(rows):
@@ -304,12 +325,10 @@ def _optimizer_step(model):
 
 def _padded(rows, static, cap=None):
     """Id lists -> (n, width) int32, 0-padded, at least one column; with `static`, the width
-    rounded up to a multiple of XLA_WIDTH_STEP (at most max(cap, the longest row))."""
+    padded to its bucket (`compiling.bucket_width`: at most max(cap, the longest row))."""
     width = max([len(row) for row in rows] + [1])
     if static:  # a few widths, a few compilations
-        step = XLA_WIDTH_STEP
-        rounded = -(-width // step) * step
-        width = rounded if cap is None else min(rounded, max(cap, width))
+        width = bucket_width(width, cap)
     array = np.zeros((len(rows), width), np.int32)
     for number, row in enumerate(rows):
         array[number, : len(row)] = row
