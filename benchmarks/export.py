@@ -33,7 +33,9 @@ import tensorflow as tf  # noqa: E402
 from ai_edge_litert.interpreter import Interpreter  # noqa: E402  (tf.lite's is deprecated)
 
 from keras_transformer import export  # noqa: E402
-from keras_transformer.decoding.engines.translator import Translator  # noqa: E402
+from keras_transformer.decoding.decoder import Decoder  # noqa: E402
+from keras_transformer.decoding.request import Request  # noqa: E402
+from keras_transformer.runs import open_run  # noqa: E402
 from pipelines.sources import default_multi30k_dir  # noqa: E402
 
 
@@ -63,7 +65,8 @@ def main(argv=None):
             return [line.rstrip("\n") for line in f][: args.sentences]
 
     sources, references = read(args.src_lang), read(args.tgt_lang)
-    translator = Translator.from_run(args.run_dir, batch_size=len(sources))
+    # The model the export takes (the run's saved choice), beam 4 and alpha 0.6 as before.
+    translator = Decoder(Request(batch_size=len(sources)), open_run(args.run_dir)).engine()
     rows = translator.encode(sources)
     def texts(id_lists):
         return translator.vocabulary.decode(tf.ragged.constant(id_lists).to_tensor().numpy())
@@ -119,8 +122,6 @@ def _one_at_a_time(record, key, rows, reference_ids, texts, bleu, best_ids):
 
 def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
     from keras_transformer.decoding.search.greedy import compiled_greedy_search
-    from keras_transformer.decoding.decoder import Decoder
-    from keras_transformer.decoding.request import Request
     from keras_transformer.runs import Run
     from pipelines.special_ids import EOS_ID
 
