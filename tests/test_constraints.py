@@ -18,6 +18,7 @@ from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.decoding.search.beam_search import compiled_beam_search, translate_beam
 from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID
+from tests.search_helpers import source_rows, tiny_model
 from pipelines.tokenizer import train_tokenizer
 
 VOCAB = 40
@@ -31,10 +32,7 @@ CONSTRAINTS = np.array([[[11, 12, 0], [30, 0, 0]],
 
 @pytest.fixture(scope="module")
 def model():
-    tf.keras.utils.set_random_seed(7)
-    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
-    model.build()
-    return model
+    return tiny_model(VOCAB)
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +41,7 @@ def constrained(model):
 
 
 def sources(rows=3, width=7):
-    rng = np.random.default_rng(0)
-    ids = rng.integers(4, VOCAB, (rows, width)).astype("int32")
-    for row in range(rows):
-        length = width - row  # different lengths in one batch
-        ids[row, length - 1] = EOS_ID
-        ids[row, length:] = 0
-    return ids
+    return source_rows(VOCAB, 0, rows, width)
 
 
 def tokens(ids):

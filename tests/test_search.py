@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer
 from keras_transformer.decoding.search.beam_search import (
     beam_search,
     compiled_beam_search,
@@ -21,16 +20,14 @@ from keras_transformer.decoding.search.greedy import (
 )
 from keras_transformer.decoding.search.step import model_step
 from pipelines.special_ids import EOS_ID
+from tests.search_helpers import source_rows, tiny_model
 
 VOCAB = 40
 
 
 @pytest.fixture(scope="module")
 def model():
-    tf.keras.utils.set_random_seed(7)
-    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
-    model.build()
-    return model
+    return tiny_model(VOCAB)
 
 
 # The searches several tests run, each traced once for the file (a compiled search traces once
@@ -46,13 +43,7 @@ def beam(model):
 
 
 def sources(seed=0, rows=3, width=7):
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(4, VOCAB, (rows, width)).astype("int32")
-    for row in range(rows):
-        length = width - row  # different lengths in one batch
-        ids[row, length - 1] = EOS_ID
-        ids[row, length:] = 0
-    return ids
+    return source_rows(VOCAB, seed, rows, width)
 
 
 def hypotheses(ids):
