@@ -71,7 +71,7 @@ def coverage(outputs, constraints):
 
 
 def session_outputs(saved_model, sources, constraints, batch):
-    from serving_load import PredictHandler
+    from tf_serving import PredictHandler
 
     handler = PredictHandler(saved_model)
     outputs = []

@@ -40,8 +40,8 @@ translations that are not empty (a model answering only "" would make the answer
 empty).
 
 Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
-an error, a mismatch or RSS growth over 5%. `PredictHandler` imports only TensorFlow and
-tensorflow-text, so tests/test_serving_tf1.py uses it in a fresh process as TF Serving would.
+an error, a mismatch or RSS growth over 5%. The Session and function engines are
+benchmarks/tf_serving.py's handlers (TF Serving's Predict handler, emulated).
 """
 
 import argparse
@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit  # noqa: E402
+from tf_serving import FunctionHandler, PredictHandler  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -70,98 +71,6 @@ EXPORT_OF = {"session": "saved_model", "session-unbatched": "saved_model_unbatch
 THREAD_COUNTS = (1, 2, 4, 8)
 SCORE_TOLERANCE = 1e-5
 MAX_RSS_GROWTH = 0.05
-
-
-class PredictError(ValueError):
-    """A request TensorFlow Serving's Predict handler refuses (INVALID_ARGUMENT there)."""
-
-
-def request_feeds(signature, inputs):
-    """[(input alias, TensorInfo, value)] for every input of `signature` (a SignatureDef): the
-    request's value, else the SignatureDef's default, as TF Serving's Predict handler does
-    (predict_util.cc: PreProcessPrediction, then saved_model::GetInputValues).
-
-    Raises PredictError for an input the signature lacks, or one it needs that the request
-    does not give and that has no default.
-    """
-    import numpy as np
-    import tensorflow as tf
-
-    extra = sorted(set(inputs) - set(signature.inputs))
-    missing = sorted(set(signature.inputs) - set(inputs) - set(signature.defaults))
-    if extra or missing:
-        raise PredictError(
-            f"request inputs {sorted(inputs)} do not fit the signature's inputs "
-            f"{sorted(signature.inputs)} (defaults for {sorted(signature.defaults)}): "
-            f"unknown {extra}, missing {missing}")
-    feeds = []
-    for alias, info in sorted(signature.inputs.items()):
-        if alias in inputs:
-            dtype = tf.as_dtype(info.dtype)
-            value = np.asarray(inputs[alias], dtype=object if dtype == tf.string
-                               else dtype.as_numpy_dtype)
-        else:
-            value = tf.make_ndarray(signature.defaults[alias])
-        feeds.append((alias, info, value))
-    return feeds
-
-
-class PredictHandler:
-    """TensorFlow Serving's Predict handler, emulated: the export loaded once into a TF1
-    Session (tags "serve", its init op run by the loader), shared by every calling thread.
-
-    `predict` fills a request's absent inputs from the SignatureDef's defaults, runs the
-    signature's outputs (all of them, or those of `output_filter`) by their tensor names and
-    returns {alias: numpy value}.
-    """
-
-    def __init__(self, export_dir, tags=("serve",)):
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401  (registers the sentencepiece ops)
-
-        self.graph = tf.Graph()
-        self.session = tf.compat.v1.Session(graph=self.graph)
-        with self.graph.as_default():
-            meta_graph = tf.compat.v1.saved_model.loader.load(self.session, list(tags),
-                                                              str(export_dir))
-        self.signatures = dict(meta_graph.signature_def)
-
-    def predict(self, inputs, signature_name="serving_default", output_filter=()):
-        if signature_name not in self.signatures:
-            raise PredictError(f"signature {signature_name!r} not in the export "
-                               f"({sorted(self.signatures)})")
-        signature = self.signatures[signature_name]
-        unknown = sorted(set(output_filter) - set(signature.outputs))
-        if unknown:
-            raise PredictError(f"outputs {unknown} not in {signature_name!r}'s outputs "
-                               f"{sorted(signature.outputs)}")
-        aliases = list(output_filter) or sorted(signature.outputs)
-        feed = {info.name: value for _, info, value in request_feeds(signature, inputs)}
-        values = self.session.run([signature.outputs[a].name for a in aliases], feed)
-        return dict(zip(aliases, values))
-
-
-class FunctionHandler:
-    """A Python server's way: tf.saved_model.load once, the signature called from every
-    thread, each absent input taken from the SignatureDef's defaults (read from the export's
-    saved_model.pb: a Python call applies none itself)."""
-
-    def __init__(self, export_dir):
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401
-        from tensorflow.core.protobuf import saved_model_pb2
-
-        self.tf = tf
-        proto = saved_model_pb2.SavedModel.FromString(
-            (pathlib.Path(export_dir) / "saved_model.pb").read_bytes())
-        self.signatures = dict(proto.meta_graphs[0].signature_def)
-        self.loaded = tf.saved_model.load(str(export_dir))
-
-    def predict(self, inputs, signature_name="serving_default"):
-        feeds = request_feeds(self.signatures[signature_name], inputs)
-        function = self.loaded.signatures[signature_name]
-        result = function(**{alias: self.tf.constant(value) for alias, _, value in feeds})
-        return {alias: value.numpy() for alias, value in result.items()}
 
 
 def engine_answer(engine, paths):

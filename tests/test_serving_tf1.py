@@ -1,6 +1,6 @@
 """The SavedModel as TensorFlow Serving runs it: loaded into a TF1 Session, a request giving
 only some inputs and the rest taken from the SignatureDef's `defaults` (TF Serving's Predict
-handler, emulated by `benchmarks/serving_load.py`'s `PredictHandler`), in a fresh graph-mode
+handler, emulated by `benchmarks/tf_serving.py`'s `PredictHandler`), in a fresh graph-mode
 process that imports only TensorFlow and tensorflow-text; and that benchmark's smoke run."""
 
 import json
@@ -26,7 +26,7 @@ FRESH_PROCESS = textwrap.dedent("""
     tf.compat.v1.disable_eager_execution()
     benchmarks, directory, requests, output = sys.argv[1:5]
     sys.path.insert(0, benchmarks)
-    from serving_load import PredictError, PredictHandler
+    from tf_serving import PredictError, PredictHandler
 
     def plain(value):
         if isinstance(value, bytes):
@@ -152,7 +152,7 @@ THREADED_PROCESS = textwrap.dedent("""
     tf.compat.v1.disable_eager_execution()
     benchmarks, directory, requests, rounds, output = sys.argv[1:6]
     sys.path.insert(0, benchmarks)
-    from serving_load import PredictHandler
+    from tf_serving import PredictHandler
 
     handler = PredictHandler(directory)
     requests = json.load(open(requests, encoding="utf-8"))
@@ -277,7 +277,8 @@ def test_a_request_is_filled_from_the_signature_defaults_as_tf_serving_fills_it(
     from tensorflow.core.protobuf import meta_graph_pb2
 
     sys.path.insert(0, str(BENCHMARKS))
-    from serving_load import PredictError, differs, request_feeds
+    from serving_load import differs
+    from tf_serving import PredictError, request_feeds
 
     signature = meta_graph_pb2.SignatureDef(method_name="tensorflow/serving/predict")
     for alias, dtype in (("sentences", tf.string), ("beam_size", tf.int32),
