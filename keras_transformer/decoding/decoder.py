@@ -70,7 +70,7 @@ class Decoder:
         """A decoder of `given` values ({option: value}, from `source`: FLAG or GIVEN), the
         rest from the run's saved choice where it holds them, else `command`'s defaults."""
         given = dict(given or {})
-        check(given)
+        check(given)  # an unknown option named, before anything is read
         saved = run.decoding() if run is not None and command in READS_CHOICE else {}
         values, sources = dict(given), dict.fromkeys(given, source)
         for name, meta in fields().items():

@@ -26,7 +26,8 @@ from keras_transformer.export.saved_model import (  # noqa: F401
 from keras_transformer.export.tflite import (  # noqa: F401
     QUANTIZATIONS, TFLiteTranslator, convert_tflite, export_tflite, tflite_filename)
 from keras_transformer.export import ct2
-from keras_transformer.runs import open_run, open_single_run
+from keras_transformer.runs import open_run
+from keras_transformer.runs.ensemble import single_run
 
 FORMATS = ("savedmodel", "tflite", "ctranslate2")
 QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
@@ -73,10 +74,12 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
         base_dir = export_base(run_dir, output_dir, name)
     except InputError as error:
         raise ExportError(str(error)) from None
-    # An ensemble exports as one SavedModel; the other formats take one model.
-    run = (open_run(run_dir) if format == "savedmodel"
-           else open_single_run(run_dir, f"a {format} export"))
-    decoder = decoder or Decoder.resolve(run, given, command=EXPORT)
+    # The export command's decoder has the run open already.
+    if decoder is None:
+        decoder = Decoder.resolve(open_run(run_dir), given, command=EXPORT)
+    run = decoder.run
+    if format != "savedmodel":  # an ensemble exports as one SavedModel only
+        single_run(run, f"a {format} export")
     model = decoder.load_model()
     choice = decoder.request
     tokenizer, max_input_length = run.tokenizer(), run.config.max_length

@@ -37,10 +37,14 @@ def open_run(directory):
 def open_single_run(directory, what):
     """`Run` of a directory for something that takes one model (`what`, e.g. "averaging");
     RunError naming a member to give instead when the directory is an ensemble."""
-    run = open_run(directory)
+    return single_run(open_run(directory), what)
+
+
+def single_run(run, what):
+    """`run` itself, or RunError naming a member to give instead when it is an ensemble."""
     if isinstance(run, EnsembleRun):
-        raise RunError(f"{directory} is an ensemble of {len(run.members)} models; {what} takes "
-                       f"one: give a member, e.g. --run-dir {run.members[0].directory}.")
+        raise RunError(f"{run.directory} is an ensemble of {len(run.members)} models; {what} "
+                       f"takes one: give a member, e.g. --run-dir {run.members[0].directory}.")
     return run
 
 
