@@ -36,6 +36,7 @@ A version is written under a temporary name beside it and renamed when complete,
 interrupted export leaves no partial version behind.
 """
 
+import contextlib
 import logging
 import pathlib
 import time
@@ -128,11 +129,19 @@ class IdsTranslatorModule(tf.Module):
     def signatures(self):
         return {"translate_ids": self.translate_ids, "translate_ids_xla": self.translate_ids_xla}
 
-    def track_variables(self):
-        """Tracks the tf.Variables that the traced signatures capture (call before saving)."""
+    def track_variables(self, options=None):
+        """Tracks the tf.Variables that the traced signatures capture (call before saving).
+
+        The signatures are traced as `tf.saved_model.save(..., options=options)` traces them:
+        TensorFlow keys its trace cache on the save context too (its variable policy), so a
+        trace made outside it would be made again by the save (twice the export's time).
+        """
         seen, variables = set(), []
-        for function in self.signatures().values():
-            for variable in function.get_concrete_function().variables:
+        with as_when_saving(options):
+            functions = [function.get_concrete_function()
+                         for function in self.signatures().values()]
+        for function in functions:
+            for variable in function.variables:
                 if id(variable) not in seen:
                     seen.add(id(variable))
                     variables.append(variable)
@@ -186,6 +195,18 @@ class TranslatorModule(IdsTranslatorModule):
                 "sample": self.sample, "score": self.score, **super().signatures()}
 
 
+def as_when_saving(options):
+    """The save context `tf.saved_model.save` traces in (TensorFlow's own, internal: without
+    it, or outside TensorFlow 2.x's layout, the functions are traced twice, nothing worse)."""
+    try:
+        from tensorflow.python.saved_model import save_context
+    except ImportError:  # pragma: no cover - a TensorFlow without the module
+        return contextlib.nullcontext()
+    if options is None or save_context.in_save_context():
+        return contextlib.nullcontext()
+    return save_context.save_context(options)
+
+
 def existing_versions(base_dir):
     """Numeric version directories under base_dir (what TensorFlow Serving loads)."""
     base_dir = pathlib.Path(base_dir)
@@ -234,8 +255,10 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
     start = time.time()
     with atomic_path(target) as temporary:
         temporary.mkdir()  # from here on, everything goes under the temporary name
-        module.track_variables()
-        tf.saved_model.save(module, str(temporary), signatures=module.signatures())
+        options = tf.saved_model.SaveOptions()
+        module.track_variables(options)
+        tf.saved_model.save(module, str(temporary), signatures=module.signatures(),
+                            options=options)
         if not ids_only:
             # The sentencepiece model, for clients that tokenize themselves (translate_ids).
             write_bytes(temporary / "assets.extra" / tokenizer.FILENAME, tokenizer.model_proto)

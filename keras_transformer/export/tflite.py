@@ -19,6 +19,7 @@ from keras_transformer.decoding.search.greedy import translate_greedy
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export.graph import ExportError, prepare_ids
+from keras_transformer.export.saved_model import as_when_saving
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes
 from pipelines.files import no_space, no_space_error
 
@@ -56,8 +57,9 @@ class TFLiteTranslator(tf.Module):
         return {"ids": trim(nbest[:, 0, :]), "score": nbest_scores[:, 0], "nbest_ids": nbest,
                 "nbest_scores": nbest_scores}
 
-    def track_variables(self):
-        self.model_variables = list(self.translate.get_concrete_function().variables)
+    def track_variables(self, options=None):
+        with as_when_saving(options):  # traced once, as the save traces it
+            self.model_variables = list(self.translate.get_concrete_function().variables)
 
 
 def convert_tflite(model, quantize="none", beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
@@ -70,11 +72,13 @@ def convert_tflite(model, quantize="none", beam_size=DEFAULTS["beam_size"], alph
     if quantize not in QUANTIZATIONS:
         raise ExportError(f"quantize={quantize!r} must be one of {', '.join(QUANTIZATIONS)}.")
     module = TFLiteTranslator(model, beam_size, alpha, max_input_length)
-    module.track_variables()
+    options = tf.saved_model.SaveOptions()
+    module.track_variables(options)
     with tempfile.TemporaryDirectory() as tmp:
         # Converting from a SavedModel freezes the variables read inside the search loop.
         try:
-            tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate})
+            tf.saved_model.save(module, tmp, signatures={"serving_default": module.translate},
+                                options=options)
         except Exception as error:
             if no_space(error):  # the temporary folder (TMPDIR) is full
                 raise no_space_error(pathlib.Path(tmp) / "variables", error,
