@@ -19,12 +19,13 @@ SENTENCES = ["the dog runs in the park", "a big red cat", "green water", ""]
 PREFIXES = ["PARK THE", "", "WATER", ""]
 
 # Sends each (signature, inputs) request in turn to one PredictHandler, TF1 graph mode only
-# (as TF Serving's C++ runs a SavedModel), and records the answers or the refusals.
+# (as TF Serving's C++ runs a SavedModel), and records the answers or the refusals; then the
+# threaded requests through the same Session (one process and one load for both).
 FRESH_PROCESS = textwrap.dedent("""
     import json, sys
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
-    benchmarks, directory, requests, output = sys.argv[1:5]
+    benchmarks, directory, requests, output, threaded, rounds = sys.argv[1:7]
     sys.path.insert(0, benchmarks)
     from tf_serving import PredictError, PredictHandler
 
@@ -32,6 +33,35 @@ FRESH_PROCESS = textwrap.dedent("""
         if isinstance(value, bytes):
             return value.decode("utf-8")
         return [plain(v) for v in value] if isinstance(value, list) else value
+
+    # Every request of THREADED sent alone, in turn, then all of them at once from one thread
+    # each (released together by a barrier), `rounds` times: through the one TF1 Session, as
+    # TF Serving's threads call it. The lone answers and every concurrent answer.
+    def threaded_answers(handler, requests, rounds):
+        import threading
+
+        def answer(name, inputs):
+            return {k: v.tolist() if v.dtype != object else [
+                x.decode() if isinstance(x, bytes) else [y.decode() for y in x]
+                for x in v.tolist()] for k, v in handler.predict(inputs, name).items()}
+
+        requests = json.load(open(requests, encoding="utf-8"))
+        alone = [answer(*request) for request in requests]
+        together = []
+        for _ in range(rounds):
+            barrier, results = threading.Barrier(len(requests)), [None] * len(requests)
+
+            def send(index):
+                barrier.wait()
+                results[index] = answer(*requests[index])
+
+            threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            together.append(results)
+        return {"alone": alone, "together": together}
 
     handler = PredictHandler(directory)
     answers = []
@@ -46,7 +76,8 @@ FRESH_PROCESS = textwrap.dedent("""
                   for name, s in handler.signatures.items()}
     ours = sorted(m for m in sys.modules if m.split(".")[0] in ("keras_transformer", "pipelines"))
     json.dump({"answers": answers, "signatures": signatures, "eager": tf.executing_eagerly(),
-               "modules": ours}, open(output, "w", encoding="utf-8"))
+               "modules": ours, "threaded": threaded_answers(handler, threaded, int(rounds))},
+              open(output, "w", encoding="utf-8"))
 """)
 
 CONSTRAINTS = ["PARK\tDOG", "", "BIG", ""]  # tab-separated phrases per sentence
@@ -73,8 +104,10 @@ def exports(toy_saved_model, tmp_path_factory):
 def served(exports):
     folder = exports["folder"]
     (folder / "requests.json").write_text(json.dumps(REQUESTS), encoding="utf-8")
+    (folder / "threaded.json").write_text(json.dumps(THREADED), encoding="utf-8")
     result = run_python("-c", FRESH_PROCESS, str(BENCHMARKS), str(exports["saved_model"]),
-                     str(folder / "requests.json"), str(folder / "answers.json"))
+                        str(folder / "requests.json"), str(folder / "answers.json"),
+                        str(folder / "threaded.json"), "3")
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads((folder / "answers.json").read_text(encoding="utf-8"))
     assert served["modules"] == [] and served["eager"] is False  # TF1 graph mode, TF only
@@ -143,42 +176,6 @@ def test_requests_tf_serving_refuses_are_refused_by_name(served):
     assert "unknown ['beam']" in unknown["refused"], unknown
 
 
-# Every request of THREADED sent alone, in turn, then all of them at once from one thread each
-# (released together by a barrier), ROUNDS times: through one TF1 Session, as TF Serving's
-# threads call it. Records the lone answers and every concurrent answer.
-THREADED_PROCESS = textwrap.dedent("""
-    import json, sys, threading
-    import tensorflow as tf
-    tf.compat.v1.disable_eager_execution()
-    benchmarks, directory, requests, rounds, output = sys.argv[1:6]
-    sys.path.insert(0, benchmarks)
-    from tf_serving import PredictHandler
-
-    handler = PredictHandler(directory)
-    requests = json.load(open(requests, encoding="utf-8"))
-
-    def answer(name, inputs):
-        return {k: v.tolist() if v.dtype != object else [
-            x.decode() if isinstance(x, bytes) else [y.decode() for y in x] for x in v.tolist()]
-            for k, v in handler.predict(inputs, name).items()}
-
-    alone = [answer(*request) for request in requests]
-    together = []
-    for _ in range(int(rounds)):
-        barrier, results = threading.Barrier(len(requests)), [None] * len(requests)
-
-        def send(index):
-            barrier.wait()
-            results[index] = answer(*requests[index])
-
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(requests))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        together.append(results)
-    json.dump({"alone": alone, "together": together}, open(output, "w", encoding="utf-8"))
-""")
 # Requests with the export's options (batched together) and others (searched alone) at once.
 THREADED = [
     ("serving_default", {"sentences": SENTENCES}),
@@ -196,18 +193,13 @@ THREADED = [
 
 
 @pytest.mark.slow
-def test_concurrent_requests_through_one_session_get_their_lone_answers(exports,
+def test_concurrent_requests_through_one_session_get_their_lone_answers(served,
                                                                          toy_translators):
     """The default export batches the searches of concurrent requests with its options
     (export/batching.py): each request still gets exactly its own answer, whatever shares
     its batch, and requests with other beam sizes, alphas or prefixes at the same time get
     theirs."""
-    folder = exports["folder"]
-    (folder / "threaded.json").write_text(json.dumps(THREADED), encoding="utf-8")
-    result = run_python("-c", THREADED_PROCESS, str(BENCHMARKS), str(exports["saved_model"]),
-                        str(folder / "threaded.json"), "3", str(folder / "threaded-out.json"))
-    assert result.returncode == 0, result.stderr[-3000:]
-    answers = json.loads((folder / "threaded-out.json").read_text(encoding="utf-8"))
+    answers = served["threaded"]  # THREADED, through the Session of `served`
     alone = answers["alone"]
     for results in answers["together"]:
         for request, lone, together in zip(THREADED, alone, results):
