@@ -39,6 +39,9 @@ requests, after 1,000 and after 5,000; `rss_growth` is the second over the first
 translations that are not empty (a model answering only "" would make the answer check
 empty).
 
+Beside CTranslate2, each other engine's requests/s over CTranslate2's at each thread count:
+`session_ratio_vs_ctranslate2` and so on (> 1: faster).
+
 Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
 an error, a mismatch or RSS growth over 5%. The Session and function engines are
 benchmarks/tf_serving.py's handlers (TF Serving's Predict handler, emulated).
@@ -178,6 +181,19 @@ def load_engine(engine, paths, requests, thread_counts):
     return record
 
 
+def ratios_vs_ctranslate2(engines):
+    """Per engine and thread count, its requests/s over CTranslate2's at the same thread count
+    (> 1: faster than CTranslate2), under `<engine>_ratio_vs_ctranslate2`; nothing without the
+    ctranslate2 engine."""
+    anchor = engines.get("ctranslate2")
+    if anchor is None:
+        return {}
+    return {f"{name}_ratio_vs_ctranslate2": {
+        count: round(figures["requests_per_s"] / anchor["threads"][count]["requests_per_s"], 3)
+        for count, figures in engine["threads"].items() if count in anchor["threads"]}
+        for name, engine in engines.items() if name != "ctranslate2"}
+
+
 def read_lines(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as handle:
@@ -305,6 +321,7 @@ def main(argv=None):
         "cpu_class": cpu_class(), "cpu": cpu_model(), "cores": os.cpu_count(),
         "load_average": [round(x, 1) for x in (*load_before, *os.getloadavg())],
         "ok": all(e["ok"] for e in engines.values())}
+    record.update(ratios_vs_ctranslate2(engines))
     emit(record)
     return 0 if record["ok"] else 1
 

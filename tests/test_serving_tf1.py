@@ -253,6 +253,10 @@ def test_the_load_benchmark_smoke_run_answers_every_request_alike(exports, tiny_
     assert status == 0, out[-2000:] + err[-3000:]
     record = json.loads(out.strip().splitlines()[-1])
     assert record["ok"] and sorted(record["engines"]) == ["ctranslate2", "session"], record
+    session, ct2_figures = (record["engines"][e]["threads"] for e in ("session", "ctranslate2"))
+    assert record["session_ratio_vs_ctranslate2"] == {
+        count: round(session[count]["requests_per_s"] / ct2_figures[count]["requests_per_s"], 3)
+        for count in ("1", "2", "4", "8")}
     for engine in record["engines"].values():
         assert engine["requests"] == 40 and engine["first_error"] is None, engine
         assert sorted(engine["peak_rss_mb_after"], key=int) == ["8", "40"], engine
