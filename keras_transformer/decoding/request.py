@@ -173,6 +173,12 @@ class Request:
         "export (keras-transformer export --format ctranslate2), whose --alpha divides scores "
         "by length^alpha instead of the GNMT penalty", choices=ENGINES,
         commands=(TRANSLATE, EVALUATE, SCORE), engine_option=False)
+    target_language: typing.Optional[str] = option(
+        None, "a model trained on several pairs: the language to translate into (its tag goes "
+        "in front of each source); a one-pair run needs none", flag="--tgt-lang",
+        metavar="LANG", commands=(TRANSLATE, EVALUATE, SCORE, ATTENTION), engine_option=False,
+        default_text="default: none; a model of several targets refuses translate without "
+        "it, evaluate then scores every pair")
     ctranslate2_model: typing.Optional[str] = option(
         None, "CTranslate2 export folder for --engine ctranslate2", metavar="FOLDER",
         commands=(TRANSLATE, EVALUATE, SCORE), engine_option=False,
