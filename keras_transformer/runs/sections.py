@@ -123,7 +123,8 @@ class DataSettings(Section):
     pair_sampling_temperature: float = setting(
         PAIR_TEMPERATURE, "several pairs: pair i is drawn with probability proportional to "
         "(n_i/N)^(1/T) (1: by corpus size; larger: towards uniform)", check=positive,
-        prepare=True, saved_if_set=True)
+        prepare=True,
+        saved_if=lambda data: data.target_languages is not None)
     data_dir: Optional[str] = setting(None, "tensorflow-datasets data directory",
                                       location=True, prepare=True)
     source_dir: Optional[str] = setting(

@@ -26,7 +26,7 @@ FLAG, FILE, PRESET, RUN, GIVEN, DEFAULT = "flag", "file", "preset", "run", "give
 
 
 def setting(default, help, *, choices=None, check=None, resumable=False, location=False,
-            flag=True, prepare=False, default_text=None, many=False, saved_if_set=False):
+            flag=True, prepare=False, default_text=None, many=False, saved_if=None):
     """Declares one setting (a dataclass field of a section).
 
     Args:
@@ -44,13 +44,14 @@ def setting(default, help, *, choices=None, check=None, resumable=False, locatio
         many: the value may also be a list of such values (one per language pair: the flag
             takes several, `--tgt-lang de fr`); a list of one is that one value, so a config
             of one pair reads and saves as it did before lists existed.
-        saved_if_set: the saved document holds the setting only when it is not the default
-            (a setting added after runs were saved, that leaves their files as they were).
+        saved_if: a function (section) -> bool: the saved document holds the setting only
+            when it is not the default or this says so (a setting added after runs were saved,
+            that leaves their files as they were where it does not apply).
     """
     return dataclasses.field(default=default, metadata=dict(
         help=help, choices=choices, check=check, resumable=resumable, location=location,
         flag=flag, prepare=prepare, default_text=default_text, many=many,
-        saved_if_set=saved_if_set))
+        saved_if=saved_if))
 
 
 # Checks shared by many settings.
@@ -286,9 +287,11 @@ class Settings:
         """The document saved in a run: the format version and one mapping per section."""
         document = {"format_version": self.FORMAT_VERSION}
         for name, kind in self.sections().items():
-            values = dataclasses.asdict(getattr(self, name))
+            section = getattr(self, name)
+            values = dataclasses.asdict(section)
             for field, _, _ in kind.declarations():
-                if field.metadata["saved_if_set"] and values[field.name] == field.default:
+                saved_if = field.metadata["saved_if"]
+                if saved_if and values[field.name] == field.default and not saved_if(section):
                     del values[field.name]
             document[name] = values
         return document
