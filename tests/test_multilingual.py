@@ -208,6 +208,44 @@ FRESH_PROCESS = textwrap.dedent("""
 """) % (SOURCES,)
 
 
+def test_the_target_language_input_through_a_tf1_session(tmp_path):
+    """The input's graph (`export.languages`) in a SavedModel of its own, served as TensorFlow
+    Serving does: absent, it is the SignatureDef's default (the first target)."""
+    import tensorflow as tf
+
+    from keras_transformer.export import languages as graph
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from tf_serving import PredictHandler
+
+    class Tagger(tf.Module):
+        languages = ("fr", "de")
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string),
+                                      graph.TARGET_LANGUAGE])
+        def tag(self, sentences, target_language=tf.constant(["fr"])):
+            tagged = graph.tagged_sentences(self, sentences, target_language)
+            return {"tagged": tagged, "untagged": graph.untag_alignments(
+                tf.constant(["0-0 1-1 2-0", "", "0-3"]))}
+
+    module = Tagger()
+    tf.saved_model.save(module, str(tmp_path / "tagger"),
+                        signatures={"serving_default": module.tag})
+    handler = PredictHandler(tmp_path / "tagger")
+
+    def tagged(**inputs):
+        return [t.decode() for t in handler.predict({"sentences": SOURCES, **inputs})["tagged"]]
+
+    assert tagged() == ["<2fr> the dog runs in the park", "", "<2fr> a big red cat"]
+    assert tagged(target_language=["de", "fr", "de"])[2] == "<2de> a big red cat"
+    assert handler.predict({"sentences": SOURCES})["untagged"].tolist() == [b"0-1 1-0", b"", b""]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one of fr, de"):
+        tagged(target_language=["cs"])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one language per sentence"):
+        tagged(target_language=["fr", "de"])
+
+
+@pytest.mark.slow  # the export alone takes about 30 s of CPU (every signature traced)
 def test_the_saved_model_serves_a_request_that_mixes_languages(multi_run, tmp_path):
     from keras_transformer import export
 
