@@ -117,8 +117,8 @@ def attention(args):
 
     open_single_run(args.run_dir, "an attention picture")  # refuses an ensemble
     engine, decoder = engine_for(args, ATTENTION)
-    translation, paths = draw_sentence(
-        engine, decoder.run.tokenizer(), args.sentence, args.output_dir,
+    translation, paths = draw_sentence(  # the tag of a run of several targets is drawn too
+        engine, decoder.run.tokenizer(), engine.tagged([args.sentence])[0], args.output_dir,
         kinds=KINDS if args.kind == "all" else (args.kind,), layer=args.layer, head=args.head)
     print("translation: " + translation)
     for path in paths:

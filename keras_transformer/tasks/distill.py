@@ -85,6 +85,13 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
         raise ConfigError(f"distillation decides {', '.join(refused)} for the student (it "
                           "trains on the teacher's translations, in the teacher's languages): "
                           "leave them out of the config.")
+    for path in teachers:  # before anything is written
+        teacher = open_run(path)
+        if teacher.is_run() and teacher.config.target_languages is not None:
+            raise ConfigError(f"teacher {path} translates into several languages "
+                              f"({', '.join(teacher.config.target_languages)}): distilling "
+                              "such a teacher is not supported yet; distill a one-pair "
+                              "teacher.")
     student = Run(requested.output_dir)
     if any(pathlib.Path(path) == student.directory.resolve() for path in teachers):
         raise ConfigError(f"{student.directory} is a teacher: give the student another "

@@ -58,6 +58,11 @@ class Engine:
         self.languages = languages
         return self
 
+    def tagged(self, sentences, target_language=None):
+        """The sentences as the model reads them: behind their target's tag in a run of
+        several targets (`decoding.languages`), as they are otherwise."""
+        return _tagged(sentences, self.languages.tags(len(sentences), target_language))
+
     @classmethod
     def refuse_unsupported(cls, options):
         """Refuses, naming them, the options ({name: value}) this engine does not support."""
