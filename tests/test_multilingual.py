@@ -259,3 +259,46 @@ def test_the_saved_model_serves_a_request_that_mixes_languages(multi_run, tmp_pa
     assert answers["mixed"][0] == answers["fr"][0] and answers["mixed"][2] == answers["de"][2]
     assert answers["fr"][0] != answers["de"][0]
     assert "target_language must be one of fr, de" in answers["unknown"]
+
+
+def test_the_ctranslate2_export_scores_every_pair_as_the_keras_engine(multi_run, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from keras_transformer import export
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.runs import open_run
+
+    run_dir, _ = multi_run
+    folder = export.export_run(run_dir, format="ctranslate2", output_dir=tmp_path, name="m")
+    run, sources, targets = open_run(run_dir), SOURCES[::2], ["PARK THE DOG", "A CAT"]
+    scores = {}
+    for language in ("fr", "de"):
+        for engine in ("tensorflow", "ctranslate2"):
+            given = ({"precision": "float32"} if engine == "tensorflow"
+                     else {"ctranslate2_model": str(folder)})
+            given.update(target_language=language, engine=engine)
+            decoder = Decoder.resolve(run, given, command="score")
+            scores[language, engine] = [r["log_prob"] for r in
+                                        decoder.engine().score(sources, targets)]
+        assert scores[language, "ctranslate2"] == pytest.approx(
+            scores[language, "tensorflow"], abs=1e-3)
+    assert scores["fr", "tensorflow"] != scores["de", "tensorflow"]
+
+
+def test_the_mixed_corpus_is_the_same_each_time_it_is_prepared(two_corpora, tmp_path):
+    """The mixing is part of the prepared data (its key: the pairs, temperature and seed), so
+    the batch stream and its resumable data position are those of one corpus."""
+    from pipelines import datasets
+
+    config = make_config(dataset="text", vocab_size=400, max_length=32,
+                         pair_sampling_temperature=2.0, **pair_settings(two_corpora))
+    arguments = config.prepared_data_arguments()
+    prepared = [datasets.prepare_training_data(
+        "text", **dict(arguments, cache_dir=tmp_path / name), progress=False)
+        for name in ("a", "b")]
+    first, second = (data.statistics for data in prepared)
+    assert [s["sha256"] for s in first["shards"]] == [s["sha256"] for s in second["shards"]]
+    assert prepared[0].directory.name.startswith("text-en-fr+de-")
+    other = datasets.prepare_training_data(
+        "text", **dict(arguments, cache_dir=tmp_path / "a", pair_sampling_temperature=1.0),
+        progress=False)
+    assert other.directory != prepared[0].directory  # another temperature: other data

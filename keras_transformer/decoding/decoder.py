@@ -154,7 +154,7 @@ class Decoder:
         several targets refuses, naming them, a command that translates one stream of
         sentences (translate, score, attention) without a target."""
         language = self.request.target_language
-        if self.run is None:
+        if self.run is None or not self.run.is_run():  # (a run is refused when it loads)
             return TargetLanguages(default=language)
         languages = TargetLanguages.of_config(self.run.config, language)
         if languages.several and language is None and self.command in (
