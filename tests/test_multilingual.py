@@ -128,6 +128,13 @@ def test_training_reports_each_pair_and_their_mean(multi_run):
 
     pieces = open_run(run_dir).vocabulary().pieces()
     assert "\u2581<2fr>" in pieces and "\u2581<2de>" in pieces  # the tags: reserved pieces
+    from tests.test_tensorboard import read_events
+
+    dev = read_events(run_dir / "logs" / "dev")
+    for tag in ("loss", "bleu", "chrf", "en-fr/loss", "en-de/loss", "en-fr/bleu",
+                "en-de/chrf", "en-fr/perplexity"):
+        assert [step for step, _ in dev[tag]] == [10], tag
+    assert dev["loss"][0][1] == pytest.approx(mean)
 
 
 def test_translate_needs_a_target_and_names_the_choices(multi_run, capsys, tmp_path,

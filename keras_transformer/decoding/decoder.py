@@ -22,7 +22,7 @@ from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.decoding.engines.precision import resolve_precision
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.decoding.engines.xla import resolve_xla
-from keras_transformer.decoding.languages import TargetLanguages
+from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding import request as declared
 from keras_transformer.decoding.request import (
     ATTENTION, EVALUATE, EXPORT, PARSE, SAMPLE, SCORE, SEARCH, TRANSLATE, check,

@@ -30,7 +30,7 @@ engine that declares them returns, from its searcher, (text, score, alignment) t
 from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
 
-from keras_transformer.decoding.languages import TargetLanguages
+from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding.request import DEFAULTS, MAX_CONSTRAINTS, SAMPLING, check
 from keras_transformer.errors import InputError
 from pipelines.special_ids import UNK_ID
@@ -49,7 +49,7 @@ class Engine:
     NAME = "engine"
     SUPPORTS = frozenset()
     batch_size = DEFAULTS["batch_size"]
-    # The target languages of a run of several pairs (`decoding.languages`): each source gets
+    # The target languages of a run of several pairs (`engines.languages`): each source gets
     # its target's tag. A one-pair run's engine has none and translates as it always did.
     languages = TargetLanguages()
 
@@ -60,7 +60,7 @@ class Engine:
 
     def tagged(self, sentences, target_language=None):
         """The sentences as the model reads them: behind their target's tag in a run of
-        several targets (`decoding.languages`), as they are otherwise."""
+        several targets (`engines.languages`), as they are otherwise."""
         return _tagged(sentences, self.languages.tags(len(sentences), target_language))
 
     @classmethod

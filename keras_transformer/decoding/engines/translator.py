@@ -29,7 +29,7 @@ from keras_transformer.decoding.search.compiling import (
 from keras_transformer.decoding.engines.engine import Engine
 from keras_transformer.decoding.engines.precision import cast_model, copy_weights, resolve_precision
 from keras_transformer.decoding.engines.xla import resolve_xla
-from keras_transformer.decoding.languages import TargetLanguages
+from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.decoding.search.sampling import compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
