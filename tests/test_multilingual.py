@@ -148,7 +148,8 @@ def test_translate_needs_a_target_and_names_the_choices(multi_run, capsys, tmp_p
     assert cli.main(common) == 2
     assert "translates into fr, de: say which with --tgt-lang" in capsys.readouterr().err
     assert cli.main(common + ["--tgt-lang", "cs"]) == 2
-    assert "--tgt-lang 'cs': this model translates into fr, de" in capsys.readouterr().err
+    assert "--tgt-lang 'cs': this model translates into fr, de" in \
+        capsys.readouterr().err
     assert not output.exists()
     assert cli.main(common + ["--tgt-lang", "de"]) == 0 and output.is_file()
 
@@ -309,3 +310,30 @@ def test_the_mixed_corpus_is_the_same_each_time_it_is_prepared(two_corpora, tmp_
         "text", **dict(arguments, cache_dir=tmp_path / "a", pair_sampling_temperature=1.0),
         progress=False)
     assert other.directory != prepared[0].directory  # another temperature: other data
+
+
+def test_a_student_learns_one_pair_of_a_teacher_of_several(multi_run, two_corpora, tmp_path,
+                                                            capsys, monkeypatch):
+    """The teacher translates that pair's training sources into its language; the student is
+    a one-pair run of them (its training itself is the distillation tests' concern)."""
+    from keras_transformer.training import trainer
+
+    run_dir, _ = multi_run
+    student = tmp_path / "student"
+    flags = ["distill", "--teacher", str(run_dir), "--output-dir", str(student), "--preset",
+             RUNTIME_PRESET, "--beam", "1", "--teacher-precision", "float32", "--verbose", "0"]
+    assert cli.main(flags) == 2
+    assert "translates into fr, de: name the pair" in capsys.readouterr().err
+    assert cli.main(flags + ["--tgt-lang", "cs"]) == 2
+    assert "--tgt-lang 'cs': the teacher translates into fr, de" in capsys.readouterr().err
+    assert not student.exists()
+    trained = []
+    monkeypatch.setattr(trainer, "train", lambda config, **_: trained.append(config) or {})
+    assert cli.main(flags + ["--tgt-lang", "de"]) == 0, capsys.readouterr().err
+    config = trained[0]
+    assert (config.src_lang, config.tgt_lang, config.target_languages) == ("en", "de", None)
+    sources = pathlib.Path(config.train_src).read_text(encoding="utf-8").splitlines()
+    expected = two_corpora["de"]["train.src"].read_text(encoding="utf-8").splitlines()
+    assert sources == expected
+    assert len(pathlib.Path(config.train_tgt).read_text(encoding="utf-8").splitlines()) == \
+        len(expected)
