@@ -158,7 +158,7 @@ def test_the_python_api_translates_into_the_language_asked(multi_run):
     from keras_transformer.decoding.engines.translator import Translator
 
     run_dir, _ = multi_run
-    translator = Translator.from_run(run_dir, beam_size=2, precision="float32")
+    translator = Translator.from_run(run_dir, beam_size=1, precision="float32")
     with pytest.raises(InputError, match="translates into fr, de"):
         translator.translate(SOURCES)
     french = translator.translate(SOURCES, nbest=True, target_language="fr")
