@@ -108,11 +108,12 @@ def main(argv=None):
     rows = []
     for target in args.targets:
         result, minutes = bilingual(target, folder, args, settings)
-        rows.append(dict(model="bilingual", pair=f"en-{target}", training_minutes=minutes,
+        rows.append(dict(model="bilingual", pair=f"en-{target}", training_minutes=round(minutes, 2),
                          **{k: v for k, v in result.items() if k != "sacrebleu_signature"}))
     results, minutes = multilingual(folder, args, settings)
     for target in args.targets:
-        rows.append(dict(model="multilingual", pair=f"en-{target}", training_minutes=minutes,
+        rows.append(dict(model="multilingual", pair=f"en-{target}",
+                         training_minutes=round(minutes, 2),
                          **{k: v for k, v in results[target].items()
                             if k != "sacrebleu_signature"}))
     for row in rows:
