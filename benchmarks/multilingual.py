@@ -108,7 +108,8 @@ def main(argv=None):
     rows = []
     for target in args.targets:
         result, minutes = bilingual(target, folder, args, settings)
-        rows.append(dict(model="bilingual", pair=f"en-{target}", training_minutes=round(minutes, 2),
+        rows.append(dict(model="bilingual", pair=f"en-{target}",
+                         training_minutes=round(minutes, 2),
                          **{k: v for k, v in result.items() if k != "sacrebleu_signature"}))
     results, minutes = multilingual(folder, args, settings)
     for target in args.targets:
