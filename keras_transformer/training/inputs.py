@@ -35,9 +35,10 @@ def check_data(config):
     run saved with the wrong files would refuse the corrected ones) and before training
     starts (a dev set of nothing would score a loss of 0). Reads up to each split's first pair.
     Training from prepared data (`prepared_data`) reads no training files."""
-    where = config.data_arguments()
-    for split in ("dev",) if config.prepared_data else ("train", "dev"):
-        datasets.check_has_pairs(config.dataset, split, **where)
+    for target in config.target_languages or [None]:  # every pair of a run of several
+        where = config.data_arguments(target)
+        for split in ("dev",) if config.prepared_data else ("train", "dev"):
+            datasets.check_has_pairs(config.dataset, split, **where)
 
 
 def training_data(run, config, chief, adopt=None):
