@@ -84,7 +84,8 @@ class Decoder:
         # The declaration's Request (a test may extend it), checked as a whole.
         request = declared.Request(**{**command_defaults(command), **values})
         decoder = cls(request, run, sources, command, saved)
-        decoder.languages()  # a language the run lacks refused by name, before a model loads
+        if command in (TRANSLATE, EVALUATE, SCORE, ATTENTION):  # the commands of --tgt-lang
+            decoder.languages()  # a language the run lacks refused by name, before loading
         return decoder
 
     @staticmethod
