@@ -337,3 +337,18 @@ def test_a_student_learns_one_pair_of_a_teacher_of_several(multi_run, two_corpor
     assert sources == expected
     assert len(pathlib.Path(config.train_tgt).read_text(encoding="utf-8").splitlines()) == \
         len(expected)
+
+
+def test_the_multilingual_demo_has_the_compute_of_one_bilingual_demo_per_pair(capsys):
+    from keras_transformer.tasks import main_job, multilingual_job
+
+    recipe = multilingual_job.recipe(["de", "fr", "cs"])
+    assert recipe["train_steps"] == 3 * main_job.QUICK["train_steps"]
+    assert recipe["checkpoint_steps"] == 3 * main_job.QUICK["checkpoint_steps"]
+    assert recipe["tgt_lang"] == ["de", "fr", "cs"]
+    assert cli.main(["demo", "--tgt-lang", "de", "fr", "de"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    table = multilingual_job.pair_table({"fr": dict(sacrebleu=40.0, chrf=60.0,
+                                                    literature_bleu=41.0,
+                                                    wrong_language=0.004)})
+    assert "fr" in table and "0.40%" in table
