@@ -76,7 +76,8 @@ def pair_counts(sizes, temperature=TEMPERATURE):
 
 def pair_order(counts, seed):
     """The pair index of each place of one pass: `counts[i]` places of pair i, shuffled with
-    `seed` (int8 when the pairs fit)."""
+    `seed` (int64, as tf.data's `choose_from_datasets` takes it: 8 bytes a training pair, held
+    while the corpus is prepared)."""
     order = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     np.random.default_rng(seed).shuffle(order)
     return order
