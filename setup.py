@@ -17,6 +17,7 @@ INSTALL_REQUIRES = [
     "pyyaml==6.0.3",
     "tqdm==4.70.1",
     "matplotlib==3.11.2",
+    "py3langid==0.4.0",  # the multilingual demo's wrong-language share (ships its model)
 ]
 
 EXTRAS_REQUIRE = {

@@ -216,7 +216,7 @@ def source_identity(dataset, src_lang, tgt_lang, *, data_dir=None, source_dir=No
 def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=None,
                           vocab_size=VOCAB_SIZE, vocabulary=None, seed=0, vocabulary_sample=None,
                           max_length=MAX_LENGTH, shard_pairs=SHARD_PAIRS, progress=True,
-                          verify=False,
+                          verify=False, pair_sampling_temperature=None,
                           **where):
     """The prepared training data of a dataset (`pipelines.prepared`), from the cache when it
     was prepared before with the same source, vocabulary and settings, else prepared now.
@@ -234,6 +234,9 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
         shard_pairs: source pairs per shard (None: `defaults.SHARD_PAIRS`).
         verify: check the shards' checksums (missing or truncated shards are always found);
             damaged shards are prepared again.
+        pair_sampling_temperature: several pairs (src_lang and tgt_lang lists, one per pair,
+            and `text_files` a list of each pair's {split: files}): the tagged pairs mixed by
+            this temperature (`pipelines.multilingual`); the tags are reserved pieces.
 
     Returns:
         `prepared.PreparedData`.
@@ -242,18 +245,27 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
     from pipelines.vocabulary import tokenizer_settings
 
     shard_pairs = shard_pairs or SHARD_PAIRS
+    several = isinstance(tgt_lang, (list, tuple))
     symbols = vocabulary_symbols(dataset, where.get("source_dir"))
+    if several:
+        from pipelines import multilingual
+
+        symbols += tuple(multilingual.tag(lang) for lang in tgt_lang)
+        mixing = multilingual.Mixing(dataset, src_lang, tgt_lang, pair_sampling_temperature,
+                                     seed, where)
     settings = tokenizer_settings(vocab_size, seed=seed, user_symbols=symbols,
                                   **({"sample_size": vocabulary_sample} if vocabulary_sample
                                      else {}))
-    source = source_identity(dataset, src_lang, tgt_lang, **where)
+    source = mixing.identity() if several else source_identity(dataset, src_lang, tgt_lang,
+                                                                **where)
     cache_dir = pathlib.Path(cache_dir) if cache_dir else prepared.default_cache_dir()
 
     def folder(vocabulary_key):
         manifest = {"source": source, "vocabulary": vocabulary_key, "max_length": max_length,
                     "shard_pairs": shard_pairs}
         key = prepared.cache_key(manifest)
-        name = dataset if dataset == "ptb" else f"{dataset}-{src_lang}-{tgt_lang}"
+        name = dataset if dataset == "ptb" else (
+            mixing.name if several else f"{dataset}-{src_lang}-{tgt_lang}")
         return cache_dir / f"{name}-{key}", manifest
 
     # Data prepared with a vocabulary trained with these settings; for a given vocabulary
@@ -268,7 +280,8 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
 
     def pairs():  # read (and its files checked) only when something must be prepared
         if not loaded:
-            loaded.append(load_pairs(dataset, "train", src_lang, tgt_lang, **where))
+            loaded.append(mixing.pairs() if several else
+                          load_pairs(dataset, "train", src_lang, tgt_lang, **where))
         if loaded[0] is None:
             raise DataError(f"The {dataset} dataset has no training files: give them "
                             "(train_src / train_tgt).")
@@ -278,5 +291,6 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
     return prepared.prepare(directory, pairs, manifest=manifest,
                             vocabulary=vocabulary, vocabulary_settings=train_settings,
                             max_length=max_length, shard_pairs=shard_pairs, progress=progress,
-                            total_pairs=_size(dataset, src_lang, tgt_lang, where.get("data_dir")),
+                            total_pairs=None if several else _size(dataset, src_lang, tgt_lang,
+                                                                   where.get("data_dir")),
                             verify=verify)

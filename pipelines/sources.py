@@ -228,11 +228,18 @@ def multi30k(split, src_lang="en", tgt_lang="de", data_dir=None, source_dir=None
         source_dir: folder with the raw `{split}.{lang}.gz` files; default
             `default_multi30k_dir()`, else the files are downloaded from their public URL.
     """
-    from pipelines.multi30k import LANGUAGES, Multi30k
+    from pipelines.multi30k import LANGUAGES, SPLITS, Multi30k
 
     for lang in (src_lang, tgt_lang):
         if lang not in LANGUAGES:
-            raise DataError(f"Multi30k has no language {lang!r}; choose from {LANGUAGES}.")
+            # A language the builder does not hold (Czech, 2018) is read from the raw files.
+            folder = pathlib.Path(source_dir or default_multi30k_dir() or ".")
+            files = [folder / f"{SPLITS[split]}.{side}.gz" for side in (src_lang, tgt_lang)]
+            if all(f.is_file() for f in files):
+                return parallel_text(*files)[0]
+            raise DataError(f"Multi30k has no language {lang!r}; choose from {LANGUAGES} "
+                            f"(or put the raw files {files[0].name}, {files[1].name} in "
+                            f"{folder}).")
     builder = Multi30k(data_dir=data_dir, source_dir=source_dir or default_multi30k_dir())
     tfds_bars_follow_stderr()
     builder.download_and_prepare()

@@ -33,6 +33,7 @@ def translate(args):
 
 
 def evaluate(args):
+    import dataclasses
     import json
     import pathlib
 
@@ -57,24 +58,56 @@ def evaluate(args):
         sources = checked_lines(args.src)  # read again, a window at a time
     engine, decoder = engine_for(args, EVALUATE)
     request, config = decoder.request, decoder.run.config
-    if args.src:
-        name = pathlib.Path(args.src).name
+    languages = engine.languages
+    if languages.several and request.target_language is None:
+        if args.src:
+            languages.tags(0)  # a file of one language pair: which target is it?
+        targets = list(languages.targets)  # every pair, one table
     else:
-        sources, references = datasets.split_texts(config.dataset, args.split,
-                                                   **config.data_arguments())
-        name = f"{config.dataset} {args.split} {config.src_lang}-{config.tgt_lang}"
-        official = datasets.official_tokenized_references(config.dataset, args.split,
-                                                          config.tgt_lang, config.source_dir)
-    output = args.output or decoder.run.hypotheses_path(args.split, request.beam_size)
-    aligned = alignments_path(output) if request.alignments else None
-    result = evaluate_split(engine, sources, references, lang=config.tgt_lang,
-                            official_references=official, output=output, alignments=aligned)
-    print(f"{name}: {len(references)} sentences, beam {request.beam_size}, alpha {request.alpha}"
-          f"; hypotheses in {output}" + (f", word alignments in {aligned}" if aligned else ""))
-    for line in result.pop("lines"):
-        print(line)
-    print(json.dumps({"set": name, "beam": request.beam_size, "alpha": request.alpha,
-                      **result}))
+        targets = [request.target_language]
+    rows = []
+    for target in targets:
+        several = languages.several
+        if several:
+            engine.set_languages(dataclasses.replace(languages, default=target))
+        if args.src:
+            name = pathlib.Path(args.src).name
+        else:
+            where = config.data_arguments(target if several else None)
+            sources, references = datasets.split_texts(config.dataset, args.split, **where)
+            name = f"{config.dataset} {args.split} {where['src_lang']}-{where['tgt_lang']}"
+        lang = target if several else config.tgt_lang
+        if not args.src:
+            official = datasets.official_tokenized_references(config.dataset, args.split, lang,
+                                                              config.source_dir)
+        output = args.output or decoder.run.hypotheses_path(args.split, request.beam_size,
+                                                            target if several else None)
+        if args.output and len(targets) > 1:
+            output = pathlib.Path(args.output).with_suffix(f".{target}"
+                                                           + pathlib.Path(args.output).suffix)
+        aligned = alignments_path(output) if request.alignments else None
+        result = evaluate_split(engine, sources, references, lang=lang,
+                                official_references=official, output=output, alignments=aligned)
+        print(f"{name}: {len(references)} sentences, beam {request.beam_size}, alpha "
+              f"{request.alpha}; hypotheses in {output}"
+              + (f", word alignments in {aligned}" if aligned else ""))
+        for line in result.pop("lines"):
+            print(line)
+        row = {"set": name, "beam": request.beam_size, "alpha": request.alpha, **result}
+        print(json.dumps(row))
+        rows.append(row)
+    if len(rows) > 1:  # every pair of a run of several: one table
+        print(pair_table(rows))
+
+
+def pair_table(rows):
+    """One line per pair: sacreBLEU, chrF and the literature BLEU of each evaluated set."""
+    lines = [f"{'set':<32} {'sacreBLEU':>9} {'chrF':>6} {'lit. BLEU':>9}"]
+    for row in rows:
+        lines.append(f"{row['set']:<32} {row.get('sacrebleu', float('nan')):>9.2f} "
+                     f"{row.get('chrf', float('nan')):>6.2f} "
+                     f"{row.get('literature_bleu', float('nan')):>9.2f}")
+    return "\n".join(lines)
 
 
 def attention(args):
@@ -84,8 +117,8 @@ def attention(args):
 
     open_single_run(args.run_dir, "an attention picture")  # refuses an ensemble
     engine, decoder = engine_for(args, ATTENTION)
-    translation, paths = draw_sentence(
-        engine, decoder.run.tokenizer(), args.sentence, args.output_dir,
+    translation, paths = draw_sentence(  # the tag of a run of several targets is drawn too
+        engine, decoder.run.tokenizer(), engine.tagged([args.sentence])[0], args.output_dir,
         kinds=KINDS if args.kind == "all" else (args.kind,), layer=args.layer, head=args.head)
     print("translation: " + translation)
     for path in paths:

@@ -5,9 +5,24 @@ from keras_transformer.defaults import EXPORT_DIR
 
 
 def demo(args):
+    from keras_transformer.errors import ConfigError
+
+    targets = list(dict.fromkeys(args.tgt_lang))
+    if len(targets) != len(args.tgt_lang):
+        raise ConfigError(f"--tgt-lang {' '.join(args.tgt_lang)}: a language is given twice; "
+                          "give each target once.")
+    if len(targets) > 1:  # one model for every pair (tasks/multilingual_job.py)
+        if args.full:
+            raise ConfigError("--full has no multilingual recipe yet: leave it out (the quick "
+                              "recipe, times the number of pairs).")
+        from keras_transformer.tasks.multilingual_job import run as run_multilingual
+
+        run_multilingual(targets, src_lang=args.src_lang, output_dir=args.output_dir,
+                         export_dir=args.export_dir, train_steps=args.train_steps)
+        return
     from keras_transformer.tasks.main_job import run
 
-    run(full=args.full, src_lang=args.src_lang, tgt_lang=args.tgt_lang,
+    run(full=args.full, src_lang=args.src_lang, tgt_lang=targets[0],
         output_dir=args.output_dir, export_dir=args.export_dir, train_steps=args.train_steps)
 
 
@@ -38,13 +53,17 @@ def register(commands):
                         f"RUN_DIR/members/, about 420 minutes; en-fr one model with P_drop "
                         f"{recipe(True, 'fr')['dropout']}. Resumable pieces if need be")
     parser.add_argument("--src-lang", default="en", help="source language (en)")
-    parser.add_argument("--tgt-lang", default="de", choices=("de", "fr"),
-                        help="target language (de)")
+    parser.add_argument("--tgt-lang", default=["de"], nargs="+", choices=("de", "fr", "cs"),
+                        help="target language (de); several (--tgt-lang de fr cs) train one "
+                        "model for every pair with that many times the quick recipe's steps "
+                        "and print a table per pair, with the share of outputs in the wrong "
+                        "language (docs/training.md)")
     parser.add_argument("--train-steps", type=int,
                         help="override the recipe's optimizer steps (quick "
                         f"{QUICK['train_steps']}, full {FULL['train_steps']})")
     parser.add_argument("--output-dir", help="run directory (default "
-                        "runs/multi30k-SRC-TGT-quick or -full)")
+                        "runs/multi30k-SRC-TGT-quick or -full; several targets: "
+                        "runs/multi30k-SRC-de+fr+cs-quick)")
     parser.add_argument("--export-dir", default=EXPORT_DIR,
                         help=f"SavedModel base directory ({EXPORT_DIR})")
     parser.set_defaults(run=demo)

@@ -37,6 +37,10 @@ def register(commands):
     parser.add_argument("--continue-stopped", action="store_true",
                         help="train on a student that stopped early, as train "
                         "--continue-stopped does")
+    parser.add_argument("--tgt-lang", metavar="LANG",
+                        help="a teacher of several target languages: the one pair its student "
+                        "learns (the student is a one-pair run of it); a one-pair teacher's "
+                        "student has the teacher's languages")
     from keras_transformer.tasks.distill import DECIDED, STUDENT_PRESET
 
     # The student's defaults that differ from train's, said in their flags' help.

@@ -25,6 +25,7 @@ Its rooms are floors, each importing only from those above it in this list:
         ctranslate2.py    CTranslate2Translator, the engine of a CTranslate2 export
         precision.py      float32 or bfloat16 (where the CPU has bf16 units): the choice, the cast
         xla.py            XLA or not: the choice of `xla: auto` where measured, with its reason
+        languages.py      the target languages of a run of several pairs: tags, refusals
     decoder.py        Decoder: the one way in; where each value came from, the run's saved
                       choice (decoding.json's one writer), the precision, the line on standard
                       error, and the engine built from a request

@@ -22,6 +22,7 @@ from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.decoding.engines.precision import resolve_precision
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.decoding.engines.xla import resolve_xla
+from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding import request as declared
 from keras_transformer.decoding.request import (
     ATTENTION, EVALUATE, EXPORT, PARSE, SAMPLE, SCORE, SEARCH, TRANSLATE, check,
@@ -82,7 +83,10 @@ class Decoder:
             raise InputError(f"{run.decoding_path}: {error}") from None
         # The declaration's Request (a test may extend it), checked as a whole.
         request = declared.Request(**{**command_defaults(command), **values})
-        return cls(request, run, sources, command, saved)
+        decoder = cls(request, run, sources, command, saved)
+        if command in (TRANSLATE, EVALUATE, SCORE, ATTENTION):  # the commands of --tgt-lang
+            decoder.languages()  # a language the run lacks refused by name, before loading
+        return decoder
 
     @staticmethod
     def save_choice(run, **choices):
@@ -145,6 +149,20 @@ class Decoder:
             self._xla = resolve_xla(self.request.xla, self.precision[0])
         return self._xla
 
+    def languages(self):
+        """The `TargetLanguages` the engine translates into: the run's, the request's
+        target_language its default (a model in memory: tagged as the request asks). A run of
+        several targets refuses, naming them, a command that translates one stream of
+        sentences (translate, score, attention) without a target."""
+        language = self.request.target_language
+        if self.run is None or not self.run.is_run():  # (a run is refused when it loads)
+            return TargetLanguages(default=language)
+        languages = TargetLanguages.of_config(self.run.config, language)
+        if languages.several and language is None and self.command in (
+                TRANSLATE, SCORE, ATTENTION, PARSE):
+            languages.tags(0)  # the refusal that names the choices
+        return languages
+
     def engine(self, model=None, tokenizer=None, max_input_length=None):
         """The engine the request asks for, through that engine's own `from_request`, every
         option it asks for checked against what the engine supports. The Keras engine
@@ -158,13 +176,15 @@ class Decoder:
                 raise InputError(f"No CTranslate2 export at {folder}: run keras-transformer "
                                  f"export --run-dir {self.run.directory} --format ctranslate2 "
                                  "first (or give --ctranslate2-model).")
-            return CTranslate2Translator.from_request(request, folder, self.command)
+            return CTranslate2Translator.from_request(request, folder, self.command) \
+                .set_languages(self.languages())
         Translator.refuse_unsupported(request.engine_options(self.command))
         if model is None:
             model = self.load_model()
         return Translator.from_request(
             request, model, tokenizer if tokenizer is not None else self.run.vocabulary(),
-            max_input_length or self.run.config.max_length, self.command)
+            max_input_length or self.run.config.max_length, self.command) \
+            .set_languages(self.languages())
 
     # -- the line on standard error -----------------------------------------------------------
     def describe(self):

@@ -58,7 +58,7 @@ FLAG_NAMES = {DISTILL: {"batch_size": "--teacher-batch-size",
 
 def option(default, help, *, check=None, choices=None, flag=None, metavar=None,
            commands=DECODING, mode=None, saved=False, engine_option=True, signature=False,
-           default_text=None):
+           default_text=None, recorded_if_set=False):
     """Declares one decoding option (a field of `Request`).
 
     Args:
@@ -73,12 +73,14 @@ def option(default, help, *, check=None, choices=None, flag=None, metavar=None,
             name of another option for one that asks the engine for that one (a glossary
             makes constraints).
         signature: an input of the exported signatures of its mode (`signature_input`).
+        recorded_if_set: a job's record of its request (`recorded`) holds the option only when
+            it is not the default (an option added later: older partial outputs resume).
     """
     field = setting(default, help, choices=choices, check=check, default_text=default_text)
     return dataclasses.field(default=default, metadata={
         **field.metadata, "flag_name": flag, "metavar": metavar, "commands": commands,
         "mode": mode, "saved": saved, "engine_option": engine_option,
-        "signature": signature})
+        "signature": signature, "recorded_if_set": recorded_if_set})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +175,13 @@ class Request:
         "export (keras-transformer export --format ctranslate2), whose --alpha divides scores "
         "by length^alpha instead of the GNMT penalty", choices=ENGINES,
         commands=(TRANSLATE, EVALUATE, SCORE), engine_option=False)
+    target_language: typing.Optional[str] = option(
+        None, "a model trained on several pairs: the language to translate into (its tag goes "
+        "in front of each source); a one-pair run needs none", flag="--tgt-lang",
+        metavar="LANG", commands=(TRANSLATE, EVALUATE, SCORE, ATTENTION), engine_option=False,
+        recorded_if_set=True,
+        default_text="default: none; a model of several targets refuses translate without "
+        "it, evaluate then scores every pair")
     ctranslate2_model: typing.Optional[str] = option(
         None, "CTranslate2 export folder for --engine ctranslate2", metavar="FOLDER",
         commands=(TRANSLATE, EVALUATE, SCORE), engine_option=False,
@@ -202,6 +211,13 @@ class Request:
     def values(self):
         """{option: value} of every option."""
         return {name: getattr(self, name) for name in fields()}
+
+    def recorded(self):
+        """{option: value} as a job records its request (`jobs.streaming.job_identity`):
+        every option, less those `recorded_if_set` at their default."""
+        return {name: value for name, value in self.values().items()
+                if not (fields()[name]["recorded_if_set"]
+                        and value == fields()[name]["default"])}
 
     @property
     def mode(self):

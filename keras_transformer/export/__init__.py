@@ -90,6 +90,7 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
     if format == "savedmodel":
         return export_saved_model(model, tokenizer, base_dir, version, overwrite,
                                   max_input_length, ids_only, choice.beam_size, choice.alpha,
-                                  alignments=alignments, batching=batching)
+                                  alignments=alignments, batching=batching,
+                                  languages=run.config.target_languages or ())
     return export_tflite(model, tokenizer, base_dir / "tflite", quantize, choice.beam_size,
                          choice.alpha, max_input_length, overwrite)

@@ -160,13 +160,16 @@ class TranslatorModule(IdsTranslatorModule):
         alignments: add the `alignments` output to serving_default and translate_nbest.
         batching: a `Batching`: concurrent requests with the default beam_size and alpha are
             searched together (`export.batching`); None: each request alone.
+        languages: the targets of a run of several pairs (the first is the default): the
+            signatures' `target_language` input (`export.languages`); () for one pair.
     """
 
     def __init__(self, model, tokenizer, max_input_length=MAX_LENGTH,
                  beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"], max_rows=MAX_ROWS,
-                 alignments=False, batching=None):
+                 alignments=False, batching=None, languages=()):
         super().__init__(model, max_input_length, beam_size, alpha, max_rows)
         self.tokenizer = tokenizer
+        self._parts.languages = tuple(languages)  # untracked: plain values
         # Untracked too: it holds the model (its batcher is an op of the traced graphs).
         self._parts.batched = batching and BatchedSearch(
             model, self.beam_size, self.alpha, max_input_length, self.max_rows, batching)
@@ -204,6 +207,11 @@ class TranslatorModule(IdsTranslatorModule):
                                    constraints)
 
     @property
+    def languages(self):
+        """The targets of the `target_language` input (() for a one-pair run's export)."""
+        return self._parts.languages
+
+    @property
     def starts_word(self):
         """The word-start table of the `alignments` outputs (None: exported without)."""
         return self._parts.starts_word
@@ -236,7 +244,7 @@ def existing_versions(base_dir):
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
                        max_input_length=MAX_LENGTH, ids_only=False,
                        beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
-                       max_rows=MAX_ROWS, alignments=False, batching=Batching()):
+                       max_rows=MAX_ROWS, alignments=False, batching=Batching(), languages=()):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 
     Args:
@@ -252,6 +260,8 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
             text signatures search each request alone. Its settings are also written, as the
             text proto TensorFlow Serving's `--batching_parameters_file` reads, to
             assets.extra/batching_parameters.txt (`Batching.parameters_text`).
+        languages: a run of several target languages: its targets, the first the default of
+            the text signatures' `target_language` input.
     """
     base_dir = pathlib.Path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -269,7 +279,7 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
     module = (IdsTranslatorModule(model, max_input_length, beam_size, alpha, max_rows)
               if ids_only else
               TranslatorModule(model, tokenizer, max_input_length, beam_size, alpha, max_rows,
-                               alignments, batching))
+                               alignments, batching, languages))
     start = time.time()
     with atomic_path(target) as temporary:
         temporary.mkdir()  # from here on, everything goes under the temporary name

@@ -10,6 +10,9 @@
 * `score`: sources (N,), targets (N,) -> log_prob (N,) natural-log total, tokens (N,) target
   subword tokens with EOS, mean (N,) log_prob / tokens.
 
+An export of a run of several target languages has one more optional input in each of them,
+`target_language` ((N,) or (1,) string, default the run's first target: `export.languages`).
+
 Exported with alignments (`export --alignments`), `serving_default` and `translate_nbest`
 also output `alignments`, (N,) or (N, H) string: each translation's word alignment in Pharaoh
 format ("0-0 2-1": source word - target word), by the rule of `decoding.search.alignment` (the
@@ -38,6 +41,8 @@ from keras_transformer.decoding.search.alignment import align_ids, pharaoh_graph
 from keras_transformer.decoding.request import DEFAULTS, signature_input
 from keras_transformer.export.graph import (
     normalize_text, sample_ids, score_target_ids)
+from keras_transformer.export.languages import (
+    TARGET_LANGUAGE, default_language, tagged_sentences, untag_alignments)
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 SENTENCES = tf.TensorSpec([None], tf.string, name="sentences")
@@ -123,11 +128,7 @@ def alignments(module, ids, hypotheses):
 
 
 def serving_default(module):
-    @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES,
-                                  CONSTRAINTS])
-    def serve(sentences, beam_size=tf.constant(module.beam_size),
-              alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string),
-              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
+    def body(sentences, beam_size, alpha, prefixes, constraints, untag=False):
         ids, empty = source_ids(module, sentences)
         best, scores = module.search_ids(ids, beam_size, alpha,
                                          prefix_ids(module, prefixes, sentences),
@@ -135,56 +136,123 @@ def serving_default(module):
         translations = module.tokenizer.detokenize_dense(best)
         outputs = {"translations": tf.where(empty, "", translations), "scores": scores}
         if module.starts_word is not None:
-            outputs["alignments"] = alignments(module, ids, best[:, None, :])[:, 0]
+            outputs["alignments"] = _untagged(
+                alignments(module, ids, best[:, None, :])[:, 0], untag)
         return outputs
+
+    if module.languages:
+        @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"),
+                                      PREFIXES, CONSTRAINTS, TARGET_LANGUAGE])
+        def serve_languages(sentences, beam_size=tf.constant(module.beam_size),
+                            alpha=tf.constant(module.alpha),
+                            prefixes=tf.constant(NO_PREFIXES, tf.string),
+                            constraints=tf.constant(NO_CONSTRAINTS, tf.string),
+                            target_language=default_language(module)):
+            return body(tagged_sentences(module, sentences, target_language), beam_size,
+                        alpha, prefixes, constraints, untag=True)
+
+        return serve_languages
+
+    @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES,
+                                  CONSTRAINTS])
+    def serve(sentences, beam_size=tf.constant(module.beam_size),
+              alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string),
+              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
+        return body(sentences, beam_size, alpha, prefixes, constraints)
 
     return serve
 
 
+def _untagged(lines, untag):
+    return untag_alignments(lines) if untag else lines
+
+
 def translate_nbest(module):
-    @tf.function(input_signature=[
-        SENTENCES, option("beam_size"), option("alpha"),
-        tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES, CONSTRAINTS])
-    def nbest(sentences, beam_size=tf.constant(module.beam_size),
-              alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
-              prefixes=tf.constant(NO_PREFIXES, tf.string),
-              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
+    def body(sentences, beam_size, alpha, num_hypotheses, prefixes, constraints, untag=False):
         ids, empty = source_ids(module, sentences)
         hypotheses, scores = module.nbest_ids(ids, beam_size, alpha, num_hypotheses,
                                               prefix_ids(module, prefixes, sentences),
                                               constraint_ids(module, constraints, sentences))
         outputs = {"translations": detokenize(module, hypotheses), "scores": scores}
         if module.starts_word is not None:
-            outputs["alignments"] = alignments(module, ids, hypotheses)
+            outputs["alignments"] = _untagged(alignments(module, ids, hypotheses), untag)
         return outputs
+
+    specs = [SENTENCES, option("beam_size"), option("alpha"),
+             tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES, CONSTRAINTS]
+    if module.languages:
+        @tf.function(input_signature=specs + [TARGET_LANGUAGE])
+        def nbest_languages(sentences, beam_size=tf.constant(module.beam_size),
+                            alpha=tf.constant(module.alpha),
+                            num_hypotheses=tf.constant(module.beam_size),
+                            prefixes=tf.constant(NO_PREFIXES, tf.string),
+                            constraints=tf.constant(NO_CONSTRAINTS, tf.string),
+                            target_language=default_language(module)):
+            return body(tagged_sentences(module, sentences, target_language), beam_size,
+                        alpha, num_hypotheses, prefixes, constraints, untag=True)
+
+        return nbest_languages
+
+    @tf.function(input_signature=specs)
+    def nbest(sentences, beam_size=tf.constant(module.beam_size),
+              alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
+              prefixes=tf.constant(NO_PREFIXES, tf.string),
+              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
+        return body(sentences, beam_size, alpha, num_hypotheses, prefixes, constraints)
 
     return nbest
 
 
 def sample(module):
-    @tf.function(input_signature=[
-        SENTENCES, option("num_samples"), option("top_k"), option("top_p"),
-        option("temperature"), option("seed"), PREFIXES])
-    def sample_fn(sentences, num_samples=default("num_samples"), top_k=default("top_k"),
-                  top_p=default("top_p"), temperature=default("temperature"),
-                  seed=default("seed"), prefixes=tf.constant(NO_PREFIXES, tf.string)):
+    def body(sentences, num_samples, top_k, top_p, temperature, seed, prefixes):
         ids, _ = source_ids(module, sentences)
         samples, scores = sample_ids(
             module.model, ids, num_samples, top_k, top_p, temperature, seed,
             module.max_input_length, module.max_rows, prefix_ids(module, prefixes, sentences))
         return {"translations": detokenize(module, samples), "scores": scores}
 
+    specs = [SENTENCES, option("num_samples"), option("top_k"), option("top_p"),
+             option("temperature"), option("seed"), PREFIXES]
+    if module.languages:
+        @tf.function(input_signature=specs + [TARGET_LANGUAGE])
+        def sample_languages(sentences, num_samples=default("num_samples"),
+                             top_k=default("top_k"), top_p=default("top_p"),
+                             temperature=default("temperature"), seed=default("seed"),
+                             prefixes=tf.constant(NO_PREFIXES, tf.string),
+                             target_language=default_language(module)):
+            return body(tagged_sentences(module, sentences, target_language), num_samples,
+                        top_k, top_p, temperature, seed, prefixes)
+
+        return sample_languages
+
+    @tf.function(input_signature=specs)
+    def sample_fn(sentences, num_samples=default("num_samples"), top_k=default("top_k"),
+                  top_p=default("top_p"), temperature=default("temperature"),
+                  seed=default("seed"), prefixes=tf.constant(NO_PREFIXES, tf.string)):
+        return body(sentences, num_samples, top_k, top_p, temperature, seed, prefixes)
+
     return sample_fn
 
 
 def score(module):
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="sources"),
-                                  tf.TensorSpec([None], tf.string, name="targets")])
-    def score_fn(sources, targets):
+    def body(sources, targets):
         ids, _ = source_ids(module, sources)
         target_ids = _with_eos(module.tokenizer.tokenize(normalize_text(targets)))
         return score_target_ids(module.model, ids, target_ids, module.max_input_length,
                                 module.max_input_length + DEFAULTS["extra_length"],
                                 module.max_rows)
+
+    specs = [tf.TensorSpec([None], tf.string, name="sources"),
+             tf.TensorSpec([None], tf.string, name="targets")]
+    if module.languages:
+        @tf.function(input_signature=specs + [TARGET_LANGUAGE])
+        def score_languages(sources, targets, target_language=default_language(module)):
+            return body(tagged_sentences(module, sources, target_language), targets)
+
+        return score_languages
+
+    @tf.function(input_signature=specs)
+    def score_fn(sources, targets):
+        return body(sources, targets)
 
     return score_fn

@@ -70,21 +70,51 @@ class TrainConfig(Settings):
         config.sources.update(sources)
         return config
 
-    def data_arguments(self):
-        """What `pipelines.datasets.load_pairs` needs after the dataset and split."""
+    @property
+    def target_languages(self):
+        """The targets of a run of several pairs (None for one pair)."""
+        return self.data.target_languages
+
+    def pair(self, tgt_lang=None):
+        """The `runs.pairs.Pair` into `tgt_lang` (default: the first); ConfigError naming the
+        run's targets for another language."""
+        pairs = self.data.pairs()
+        if tgt_lang is None:
+            return pairs[0]
+        for pair in pairs:
+            if pair.tgt_lang == tgt_lang:
+                return pair
+        raise ConfigError(f"this run translates into {', '.join(p.tgt_lang for p in pairs)}, "
+                          f"not {tgt_lang!r}.")
+
+    def data_arguments(self, tgt_lang=None):
+        """What `pipelines.datasets.load_pairs` needs after the dataset and split (of the pair
+        into `tgt_lang` for a run of several: default the first)."""
         data = self.data
-        return dict(src_lang=data.src_lang, tgt_lang=data.tgt_lang, data_dir=data.data_dir,
-                    source_dir=data.source_dir,
-                    text_files={"train": (data.train_src, data.train_tgt),
-                                "dev": (data.dev_src, data.dev_tgt)})
+        if self.target_languages is None:
+            return dict(src_lang=data.src_lang, tgt_lang=data.tgt_lang, data_dir=data.data_dir,
+                        source_dir=data.source_dir,
+                        text_files={"train": (data.train_src, data.train_tgt),
+                                    "dev": (data.dev_src, data.dev_tgt)})
+        pair = self.pair(tgt_lang)
+        return dict(src_lang=pair.src_lang, tgt_lang=pair.tgt_lang, data_dir=data.data_dir,
+                    source_dir=data.source_dir, text_files=pair.text_files())
 
     def prepared_data_arguments(self):
-        """What `pipelines.datasets.prepare_training_data` needs after the dataset."""
+        """What `pipelines.datasets.prepare_training_data` needs after the dataset (several
+        pairs: lists of languages and of each pair's files, and the mixing temperature)."""
         data = self.data
-        return dict(src_lang=data.src_lang, tgt_lang=data.tgt_lang, cache_dir=data.data_cache,
-                    vocab_size=data.vocab_size, seed=self.seed, max_length=data.max_length,
-                    shard_pairs=data.shard_pairs, data_dir=data.data_dir,
-                    source_dir=data.source_dir, text_files=self.data_arguments()["text_files"])
+        arguments = dict(cache_dir=data.data_cache, vocab_size=data.vocab_size, seed=self.seed,
+                         max_length=data.max_length, shard_pairs=data.shard_pairs,
+                         data_dir=data.data_dir, source_dir=data.source_dir)
+        if self.target_languages is None:
+            return dict(arguments, src_lang=data.src_lang, tgt_lang=data.tgt_lang,
+                        text_files=self.data_arguments()["text_files"])
+        pairs = data.pairs()
+        return dict(arguments, src_lang=[p.src_lang for p in pairs],
+                    tgt_lang=[p.tgt_lang for p in pairs],
+                    text_files=[p.text_files() for p in pairs],
+                    pair_sampling_temperature=data.pair_sampling_temperature)
 
     def continued(self, requested):
         """This saved (resolved) config, continued by a command that resumes the run: the

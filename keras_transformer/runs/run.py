@@ -149,8 +149,10 @@ class Run(ModelFiles):
             raise ValueError(f"{name!r} is not a free file name inside a run directory.")
         return self.directory / name
 
-    def hypotheses_path(self, split, beam_size):
-        return self.file(f"hyp.{split}.beam{beam_size}.txt")
+    def hypotheses_path(self, split, beam_size, language=None):
+        """hyp.SPLIT.beamK.txt; of one target of a run of several: hyp.SPLIT.beamK.LANG.txt."""
+        return self.file(f"hyp.{split}.beam{beam_size}"
+                         + (f".{language}" if language else "") + ".txt")
 
     def is_run(self):
         return self.config_path.is_file()

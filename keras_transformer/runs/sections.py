@@ -15,7 +15,9 @@ from keras_transformer.errors import ConfigError
 from keras_transformer.models.presets import get_preset, preset_names
 from keras_transformer.runs.settings import (PRESET, Section, fraction, non_negative, positive,
                                              setting)
+from keras_transformer.runs.pairs import check_pairs, language_pairs
 from pipelines.datasets import DATASETS
+from pipelines.multilingual import TEMPERATURE as PAIR_TEMPERATURE
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 AUTO = "auto"  # a value resolved for this machine when the config is resolved
@@ -104,14 +106,25 @@ class DataSettings(Section):
     dataset: str = setting("multi30k", "multi30k, wmt14, text (your own parallel files) or ptb "
                            "(constituency parsing on the Penn Treebank sample)",
                            choices=DATASETS, prepare=True)
-    src_lang: str = setting("en", "source language", prepare=True)
-    tgt_lang: str = setting("de", "target language", prepare=True)
+    src_lang: str = setting("en", "source language (several pairs: one for all, or one per "
+                            "pair)", prepare=True, many=True)
+    tgt_lang: str = setting("de", "target language; several (--tgt-lang de fr cs) train one "
+                            "model for every pair, a tag on the source naming the target "
+                            "(docs/training.md)", prepare=True, many=True)
     train_src: Optional[str] = setting(None, "dataset text: training source file (plain or "
-                                       ".gz)", prepare=True)
-    train_tgt: Optional[str] = setting(None, "dataset text: training target file",
-                                       prepare=True)
-    dev_src: Optional[str] = setting(None, "dataset text: dev source file")
-    dev_tgt: Optional[str] = setting(None, "dataset text: dev target file")
+                                       ".gz); several pairs: one per pair", prepare=True,
+                                       many=True)
+    train_tgt: Optional[str] = setting(None, "dataset text: training target file (one per "
+                                       "pair)", prepare=True, many=True)
+    dev_src: Optional[str] = setting(None, "dataset text: dev source file (one per pair)",
+                                     many=True)
+    dev_tgt: Optional[str] = setting(None, "dataset text: dev target file (one per pair)",
+                                     many=True)
+    pair_sampling_temperature: float = setting(
+        PAIR_TEMPERATURE, "several pairs: pair i is drawn with probability proportional to "
+        "(n_i/N)^(1/T) (1: by corpus size; larger: towards uniform)", check=positive,
+        prepare=True,
+        saved_if=lambda data: data.target_languages is not None)
     data_dir: Optional[str] = setting(None, "tensorflow-datasets data directory",
                                       location=True, prepare=True)
     source_dir: Optional[str] = setting(
@@ -144,9 +157,7 @@ class DataSettings(Section):
 
     def validate(self):
         super().validate()
-        if self.src_lang == self.tgt_lang:
-            raise ConfigError(f"Config key 'tgt_lang' must differ from src_lang; got "
-                              f"{self.tgt_lang!r}.")
+        check_pairs(self)
         if self.tokens_per_batch < self.max_length:
             raise ConfigError(f"Config key 'tokens_per_batch' must be at least max_length="
                               f"{self.max_length}; got {self.tokens_per_batch!r}.")
@@ -154,6 +165,15 @@ class DataSettings(Section):
             for key in ("train_src", "train_tgt"):
                 if getattr(self, key) is None:
                     raise ConfigError(f"Config key {key!r} is required with dataset 'text'.")
+
+    @property
+    def target_languages(self):
+        """The targets of a run of several pairs, in order (None for one pair)."""
+        return list(self.tgt_lang) if isinstance(self.tgt_lang, list) else None
+
+    def pairs(self):
+        """The language pairs, one `Pair` each, in the order of tgt_lang."""
+        return language_pairs(self)
 
 
 @dataclasses.dataclass

@@ -26,7 +26,7 @@ FLAG, FILE, PRESET, RUN, GIVEN, DEFAULT = "flag", "file", "preset", "run", "give
 
 
 def setting(default, help, *, choices=None, check=None, resumable=False, location=False,
-            flag=True, prepare=False, default_text=None):
+            flag=True, prepare=False, default_text=None, many=False, saved_if=None):
     """Declares one setting (a dataclass field of a section).
 
     Args:
@@ -41,10 +41,17 @@ def setting(default, help, *, choices=None, check=None, resumable=False, locatio
         flag: whether `train` has a command-line flag for it.
         prepare: whether `prepare` (the data preparation command) reads it too.
         default_text: what `--help` says of the default, where the value does not say it.
+        many: the value may also be a list of such values (one per language pair: the flag
+            takes several, `--tgt-lang de fr`); a list of one is that one value, so a config
+            of one pair reads and saves as it did before lists existed.
+        saved_if: a function (section) -> bool: the saved document holds the setting only
+            when it is not the default or this says so (a setting added after runs were saved,
+            that leaves their files as they were where it does not apply).
     """
     return dataclasses.field(default=default, metadata=dict(
         help=help, choices=choices, check=check, resumable=resumable, location=location,
-        flag=flag, prepare=prepare, default_text=default_text))
+        flag=flag, prepare=prepare, default_text=default_text, many=many,
+        saved_if=saved_if))
 
 
 # Checks shared by many settings.
@@ -141,6 +148,10 @@ class Section:
                 if optional:
                     continue
                 raise ConfigError(f"Config key {field.name!r} must be set; got null.")
+            if field.metadata["many"] and isinstance(value, (list, tuple)):
+                value = self._many(field, kind, value)
+                if isinstance(value, list):
+                    continue
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
                 setattr(self, field.name, value)
@@ -154,6 +165,28 @@ class Section:
             rule = field.metadata["check"] and field.metadata["check"](value)
             if rule:
                 raise ConfigError(f"Config key {field.name!r} {rule}; got {value!r}.")
+
+    def _many(self, field, kind, values):
+        """A list given to a setting that takes one value per pair: each item checked as the
+        value would be; a list of one becomes that value (set on the section, returned)."""
+        values = list(values)
+        if not values:
+            raise ConfigError(f"Config key {field.name!r} is an empty list: give one value "
+                              "per language pair.")
+        for item in values:
+            if not isinstance(item, kind) or (kind is int and isinstance(item, bool)):
+                raise ConfigError(f"Config key {field.name!r} must hold {kind.__name__} "
+                                  f"values; got {item!r} in {values!r}.")
+            choices = field.metadata["choices"]
+            if choices is not None and item not in choices:
+                raise ConfigError(f"Config key {field.name!r} must hold values among "
+                                  f"{', '.join(map(str, choices))}; got {item!r}.")
+            rule = field.metadata["check"] and field.metadata["check"](item)
+            if rule:
+                raise ConfigError(f"Config key {field.name!r} {rule}; got {item!r}.")
+        value = values[0] if len(values) == 1 else values
+        setattr(self, field.name, value)
+        return value
 
 
 @dataclasses.dataclass
@@ -252,8 +285,16 @@ class Settings:
     # -- output ---------------------------------------------------------------------------------
     def to_dict(self):
         """The document saved in a run: the format version and one mapping per section."""
-        return {"format_version": self.FORMAT_VERSION,
-                **{name: dataclasses.asdict(getattr(self, name)) for name in self.sections()}}
+        document = {"format_version": self.FORMAT_VERSION}
+        for name, kind in self.sections().items():
+            section = getattr(self, name)
+            values = dataclasses.asdict(section)
+            for field, _, _ in kind.declarations():
+                saved_if = field.metadata["saved_if"]
+                if saved_if and values[field.name] == field.default and not saved_if(section):
+                    del values[field.name]
+            document[name] = values
+        return document
 
     def describe(self, width=100):
         """The effective config, short: a line (wrapped) per section, each value with where it
@@ -298,13 +339,19 @@ class Settings:
                     options.update(type=base, metavar=field.name.upper())
                     if meta["choices"]:
                         options.update(choices=meta["choices"], metavar=None)
+                    if meta["many"]:  # one per language pair; one value reads as before
+                        options["nargs"] = "+"
                 group.add_argument("--" + field.name.replace("_", "-"), **options)
 
     @classmethod
     def given(cls, args):
-        """{setting: value} of the flags given on the command line."""
-        return {key: getattr(args, key) for key in cls.keys()
-                if getattr(args, key, None) is not None}
+        """{setting: value} of the flags given on the command line (a flag that takes one
+        value per pair, given one, gives that value)."""
+        given = {key: getattr(args, key) for key in cls.keys()
+                 if getattr(args, key, None) is not None}
+        return {key: value[0] if isinstance(value, list) and len(value) == 1
+                and cls.keys()[key][1].metadata["many"] else value
+                for key, value in given.items()}
 
 
 def _section_keys(cls, section):

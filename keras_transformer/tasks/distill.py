@@ -80,7 +80,9 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
     teachers = [os.path.abspath(path) for path in teachers]
     if not teachers:
         raise ConfigError("distillation needs at least one teacher run.")
-    refused = sorted(key for key in DECIDED if key in requested.sources)
+    target = teachers_target(teachers, requested)  # a teacher of several: the pair
+    refused = sorted(key for key in DECIDED if key in requested.sources
+                     and not (key == "tgt_lang" and target is not None))
     if refused:
         raise ConfigError(f"distillation decides {', '.join(refused)} for the student (it "
                           "trains on the teacher's translations, in the teacher's languages): "
@@ -96,15 +98,15 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
                   "training the student", file=log, flush=True)
             config = student_config(requested, student, saved)
         else:
-            job = TranslationJob(teachers, beam_size, alpha, batch_size, precision)
+            job = TranslationJob(teachers, beam_size, alpha, batch_size, precision, target)
             if saved is not None:
                 job.check_recorded(saved)
             else:  # a teacher's corpus with nothing to copy is refused before the record
-                check_corpus(job.teacher.config)
+                check_corpus(job.teacher.config, target)
             config = student_config(requested, student, saved or job.teacher.config,
-                                    job.record())
+                                    job.record(), target)
             config = student.save_config(student.config_for(config))  # the record, first
-            copy_corpus(job.teacher.config, student, config)
+            copy_corpus(job.teacher.config, student, config, target)
             job.translate(student, config, log)
         corpus = {name: str(path) for name, path in corpus_files(student, config).items()}
         from keras_transformer.training.trainer import train
@@ -145,7 +147,28 @@ def corpus_files(student, config):
     return files
 
 
-def student_config(requested, student, basis, record=None):
+def teachers_target(teachers, requested):
+    """The pair a student of a teacher of several target languages learns: the student's
+    `--tgt-lang`, one of the teacher's (ConfigError naming them otherwise); None for one-pair
+    teachers. Checked before anything is written."""
+    targets = None
+    for path in teachers:
+        teacher = open_run(path)
+        if teacher.is_run() and teacher.config.target_languages is not None:
+            targets = teacher.config.target_languages
+    if targets is None:
+        return None
+    if "tgt_lang" not in requested.sources or isinstance(requested.tgt_lang, list):
+        raise ConfigError(f"the teacher translates into {', '.join(targets)}: name the pair "
+                          f"its student learns with --tgt-lang (one of them; a student of "
+                          "every pair is not supported yet).")
+    if requested.tgt_lang not in targets:
+        raise ConfigError(f"--tgt-lang {requested.tgt_lang!r}: the teacher translates into "
+                          f"{', '.join(targets)}; choose one of them.")
+    return requested.tgt_lang
+
+
+def student_config(requested, student, basis, record=None, target=None):
     """The student's config: `requested` with what distillation decides (the corpus files of
     the student run, the languages of `basis`, its vocabulary size and max_length unless
     given, `STUDENT_PRESET` unless a preset is given) and the `record` of the teachers
@@ -155,17 +178,19 @@ def student_config(requested, student, basis, record=None):
     from pipelines import datasets
 
     resumed = basis.teachers is not None
-    values = {"dataset": "text", "src_lang": basis.src_lang, "tgt_lang": basis.tgt_lang}
-    files = {"train_src": student.distilled_path("train", basis.src_lang),
-             "train_tgt": student.distilled_path("train", basis.tgt_lang)}
+    where = basis.data_arguments(target)  # a teacher of several targets: the pair's
+    src_lang, tgt_lang = where["src_lang"], where["tgt_lang"]
+    values = {"dataset": "text", "src_lang": src_lang, "tgt_lang": tgt_lang}
+    files = {"train_src": student.distilled_path("train", src_lang),
+             "train_tgt": student.distilled_path("train", tgt_lang)}
     has_dev = (basis.dev_src is not None if resumed
-               else datasets.has_split(basis.dataset, "dev", **basis.data_arguments()))
+               else datasets.has_split(basis.dataset, "dev", **where))
     if has_dev:
-        files.update(dev_src=student.distilled_path("dev", basis.src_lang),
-                     dev_tgt=student.distilled_path("dev", basis.tgt_lang))
+        files.update(dev_src=student.distilled_path("dev", src_lang),
+                     dev_tgt=student.distilled_path("dev", tgt_lang))
     values.update({key: str(path.resolve()) for key, path in files.items()})
     values.update({key: getattr(basis, key) for key in INHERITED
-                   if key not in requested.sources})
+                   if key not in requested.sources and key not in values})
     if resumed:
         values.update({key: getattr(basis, key) for key in RECORD})
     else:
@@ -177,7 +202,7 @@ def student_config(requested, student, basis, record=None):
     return config
 
 
-def check_corpus(teacher_config):
+def check_corpus(teacher_config, target=None):
     """DataError naming the teacher's own text files (its training sources, its dev pairs)
     when they have no pair to read (empty, or every pair with an empty side): a student run
     that records such a teacher could never be made. Reads up to each split's first pair."""
@@ -185,10 +210,10 @@ def check_corpus(teacher_config):
 
     for split in ("train", "dev"):
         datasets.check_has_pairs(teacher_config.dataset, split,
-                                 **teacher_config.data_arguments())
+                                 **teacher_config.data_arguments(target))
 
 
-def copy_corpus(teacher_config, student, config):
+def copy_corpus(teacher_config, student, config, language=None):
     """Copies the teacher's training sources and its dev pairs into the student run (the
     files `corpus_files` names), each once: a file already there is the corpus and is kept
     (the translation's resumable record knows it by its identity). Pairs are read as the
@@ -204,7 +229,7 @@ def copy_corpus(teacher_config, student, config):
         if source.is_file() and (target is None or target.is_file()):
             continue
         pairs = datasets.load_pairs(teacher_config.dataset, split,
-                                    **teacher_config.data_arguments())
+                                    **teacher_config.data_arguments(language))
         outputs = [path for path in (source, target) if path is not None]
         _write_sides(pairs, outputs)
 
@@ -265,9 +290,11 @@ class TranslationJob:
         beam_size, alpha: overrides of the teacher's saved choice (None: the choice).
         batch_size: sentences per search batch (None: the request's default).
         precision: "auto", "float32" or "bfloat16" (None: auto).
+        target: a teacher of several target languages: the one it translates into.
     """
 
-    def __init__(self, teachers, beam_size=None, alpha=None, batch_size=None, precision=None):
+    def __init__(self, teachers, beam_size=None, alpha=None, batch_size=None, precision=None,
+                 target=None):
         from keras_transformer.decoding.decoder import Decoder
         from keras_transformer.runs.settings import GIVEN
 
@@ -275,7 +302,8 @@ class TranslationJob:
         self.teacher = teacher = open_teachers(teachers)
         given = {name: value for name, value in (("beam_size", beam_size), ("alpha", alpha),
                                                  ("batch_size", batch_size),
-                                                 ("precision", precision))
+                                                 ("precision", precision),
+                                                 ("target_language", target))
                  if value is not None}
         self.decoder = Decoder.resolve(teacher, given, GIVEN)  # checks the values
         self.request = self.decoder.request

@@ -35,9 +35,10 @@ def check_data(config):
     run saved with the wrong files would refuse the corrected ones) and before training
     starts (a dev set of nothing would score a loss of 0). Reads up to each split's first pair.
     Training from prepared data (`prepared_data`) reads no training files."""
-    where = config.data_arguments()
-    for split in ("dev",) if config.prepared_data else ("train", "dev"):
-        datasets.check_has_pairs(config.dataset, split, **where)
+    for target in config.target_languages or [None]:  # every pair of a run of several
+        where = config.data_arguments(target)
+        for split in ("dev",) if config.prepared_data else ("train", "dev"):
+            datasets.check_has_pairs(config.dataset, split, **where)
 
 
 def training_data(run, config, chief, adopt=None):
@@ -76,27 +77,60 @@ def training_data(run, config, chief, adopt=None):
 
 def dev_data(config, run):
     """The dev set: (batches to evaluate, (source texts, reference texts) for the dev BLEU,
-    at most `bleu_sentences`), or (None, None) when the dataset has no dev split here.
+    at most `bleu_sentences`), or (None, None) when the dataset has no dev split here. A run
+    of several pairs: ({pair name: batches}, {pair name: (tagged sources, references)})
+    (`training.pair_dev`).
 
     The pairs are tokenized with the run's vocabulary, then cut and padded as the training
     batches are (`batches_of_pairs`, in length order): a tf.data.Dataset on TensorFlow, a list
     of numpy batches elsewhere. Pairs longer than max_length are left out, as in training."""
+    limit = config.bleu_sentences or None
+    if config.target_languages is not None:
+        from keras_transformer.training.pair_dev import pair_dev_texts
+
+        texts = pair_dev_texts(config)
+        if not texts:
+            return None, None
+        return ({name: _dev_batches(config, run, *pair, name)
+                 for name, pair in texts.items()},
+                {name: (s[:limit], r[:limit]) for name, (s, r) in texts.items()})
     where = config.data_arguments()
     if not datasets.has_split(config.dataset, "dev", **where):
         return None, None
     sources, references = datasets.split_texts(config.dataset, "dev", **where)
+    batches = _dev_batches(config, run, sources, references)
+    return batches, (sources[:limit], references[:limit])
+
+
+def _dev_batches(config, run, sources, references, name="dev"):
     vocabulary = run.vocabulary()
     batches, too_long = batches_of_pairs(
         vocabulary.encode(sources), vocabulary.encode(references), config.tokens_per_batch,
         config.max_length, devices=None if on_tensorflow() else local_devices(),
         static=bool(config.pad_to_bucket))
     if too_long:
-        log.warning("dev: %d pairs longer than max_length=%d are not evaluated", too_long,
+        log.warning("%s: %d pairs longer than max_length=%d are not evaluated", name, too_long,
                     config.max_length)
     if on_tensorflow():
         batches = as_dataset(batches.__iter__)
-    limit = config.bleu_sentences or None
-    return batches, (sources[:limit], references[:limit])
+    return batches
+
+
+def dev_callbacks(config, dev, dev_texts, loss, step_fn, vocabulary):
+    """(the `Validation` of the dev batches, the `DevBleu` every bleu_steps or None): each
+    pair's and their mean (`training.pair_dev`) for a run of several pairs."""
+    if isinstance(dev, dict):
+        from keras_transformer.training.pair_dev import PairDevBleu, PairValidation
+
+        validation, bleu = PairValidation, PairDevBleu
+        texts = (dev_texts,)
+    else:
+        from keras_transformer.training.callbacks import DevBleu, Validation
+
+        validation, bleu, texts = Validation, DevBleu, dev_texts
+    dev_bleu = (bleu(vocabulary, *texts, config.bleu_steps, step_fn, config.max_length)
+                if config.bleu_steps else None)
+    return validation(dev, loss, step_fn), dev_bleu
 
 
 def batches_per_step(config, strategy):

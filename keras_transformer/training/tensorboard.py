@@ -199,14 +199,21 @@ class TensorBoardLog(keras.callbacks.Callback):
             step, results = self.validation.last
             if step is not None and step != self._dev_step:
                 self._dev_step = step
-                self.writers["dev"].scalars(step, {
-                    "loss": results["val_loss"], "perplexity": results["val_perplexity"],
-                    "token_accuracy": results["val_token_accuracy"]})
+                values = {"loss": results["val_loss"], "perplexity": results["val_perplexity"],
+                          "token_accuracy": results["val_token_accuracy"]}
+                for key, value in results.items():  # several pairs: "en-fr/val_loss"
+                    if "/" in key:
+                        pair, name = key.split("/", 1)
+                        values[f"{pair}/{name.replace('val_', '', 1)}"] = value
+                self.writers["dev"].scalars(step, values)
         if self.dev_bleu is not None:
             for entry in self.dev_bleu.history[self._bleu_seen:]:
                 step, bleu, *rest = entry
                 values = {"bleu": bleu}
                 if rest and isinstance(rest[0], (int, float)):  # a chrF beside the BLEU
                     values["chrf"] = rest[0]
+                if len(rest) > 1 and isinstance(rest[1], dict):  # several pairs: each one's
+                    values.update({f"{pair}/{key}": value for pair, figures in rest[1].items()
+                                   for key, value in figures.items()})
                 self.writers["dev"].scalars(step, values)
             self._bleu_seen = len(self.dev_bleu.history)

@@ -27,8 +27,8 @@ from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicChe
                                                   Progress, StopAt, TrainingError, Validation)
 from keras_transformer.training.early_stopping import EarlyStopping
 from keras_transformer.training.inputs import (TokenCounter, batches_per_step, check_data,
-                                               dev_data, on_tensorflow, train_batches,
-                                               training_data)
+                                               dev_callbacks, dev_data, on_tensorflow,
+                                               train_batches, training_data)
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from keras_transformer.training.optimizer import paper_optimizer
 from keras_transformer.training.preemption import CheckpointOnSignal
@@ -103,11 +103,8 @@ def _train(requested, held, continue_stopped):
         optimizer, loss = compile_model(model, config)
     step_fn = _step_counter(model, optimizer)
     validation = dev_bleu = None
-    if dev is not None:
-        validation = Validation(dev, loss, step_fn)
-        if config.bleu_steps:
-            dev_bleu = DevBleu(vocabulary, *dev_texts, config.bleu_steps, step_fn,
-                               config.max_length)
+    if dev is not None:  # several pairs: each pair's figures and their mean
+        validation, dev_bleu = dev_callbacks(config, dev, dev_texts, loss, step_fn, vocabulary)
     per_step = batches_per_step(config, strategy)
     # Every worker starts from the run's checkpoints; only the chief's saves are the run's.
     origin = start.initial_weights(model, per_step, validation)

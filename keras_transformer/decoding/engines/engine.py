@@ -30,6 +30,7 @@ engine that declares them returns, from its searcher, (text, score, alignment) t
 from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
 
+from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding.request import DEFAULTS, MAX_CONSTRAINTS, SAMPLING, check
 from keras_transformer.errors import InputError
 from pipelines.special_ids import UNK_ID
@@ -48,6 +49,19 @@ class Engine:
     NAME = "engine"
     SUPPORTS = frozenset()
     batch_size = DEFAULTS["batch_size"]
+    # The target languages of a run of several pairs (`engines.languages`): each source gets
+    # its target's tag. A one-pair run's engine has none and translates as it always did.
+    languages = TargetLanguages()
+
+    def set_languages(self, languages):
+        """Sets the run's `TargetLanguages` (its targets and the default one); returns self."""
+        self.languages = languages
+        return self
+
+    def tagged(self, sentences, target_language=None):
+        """The sentences as the model reads them: behind their target's tag in a run of
+        several targets (`engines.languages`), as they are otherwise."""
+        return _tagged(sentences, self.languages.tags(len(sentences), target_language))
 
     @classmethod
     def refuse_unsupported(cls, options):
@@ -60,7 +74,7 @@ class Engine:
 
     # -- the Python API ------------------------------------------------------------------------
     def translate(self, sentences, nbest=False, progress=None, prefixes=None, alignments=False,
-                  constraints=None):
+                  constraints=None, target_language=None):
         """Translates a list of strings; returns strings (or, with nbest, lists of
         (translation, score) pairs, best first). Empty inputs give empty outputs.
 
@@ -76,18 +90,26 @@ class Engine:
             contiguous run, in any order (lexically constrained beam search,
             `decoding.search.constraints`; a beam of 2 or more). A translation that could not
             fit them before its length limit comes last, behind those that did.
+        target_language: a run of several pairs: the language to translate into ("fr"), or
+            one per sentence (default: the engine's, `set_languages`); a one-pair run takes
+            None or its own target.
         """
         options = {"nbest": bool(nbest), "prefixes": prefixes is not None,
                    "alignments": bool(alignments), "constraints": constraints is not None}
         self.refuse_unsupported([name for name, asked in options.items() if asked])
         empty = ("", 0.0, "") if alignments else ("", 0.0)
+        tags = self.languages.tags(len(sentences), target_language)
         results = self._run(sentences, prefixes, self._searcher(nbest, alignments), progress,
-                            empty, constraints)
+                            empty, constraints, tags)
+        if alignments and tags is not None:  # the tag is no word of the user's source
+            results = [[(r[0], r[1], self.languages.untag_alignment(r[2])) for r in hypotheses]
+                       for hypotheses in results]
         if nbest:
             return results
         return [(r[0][0], r[0][2]) for r in results] if alignments else [r[0][0] for r in results]
 
-    def sample(self, sentences, prefixes=None, progress=None, **sampling):
+    def sample(self, sentences, prefixes=None, progress=None, target_language=None,
+               **sampling):
         """Random samples instead of the search's best: per sentence a list of num_samples
         (translation, log P(translation | sentence)) pairs, drawn from the model's
         distribution narrowed to its top_k tokens (0: all) and to the smallest set holding
@@ -100,9 +122,10 @@ class Engine:
                              f"{', '.join(SAMPLING)}.")
         sampling = {name: sampling.get(name, DEFAULTS[name]) for name in SAMPLING}
         check(sampling)
-        return self._run(sentences, prefixes, self._sampler(**sampling), progress)
+        return self._run(sentences, prefixes, self._sampler(**sampling), progress,
+                         tags=self.languages.tags(len(sentences), target_language))
 
-    def score(self, sources, targets, progress=None, alignments=False):
+    def score(self, sources, targets, progress=None, alignments=False, target_language=None):
         """log P(target | source) of each pair: a list of dicts {"log_prob": natural-log
         total, "tokens": subword tokens of the target with its EOS, "mean": log_prob /
         tokens}, in the order given, batched by length. With `alignments`, each dict also
@@ -112,7 +135,9 @@ class Engine:
         if len(sources) != len(targets):
             raise InputError(f"score needs one target per source: {len(sources)} sources, "
                              f"{len(targets)} targets.")
-        encoded = self.encode([_normalized(s) for s in sources]) if sources else []
+        tags = self.languages.tags(len(sources), target_language)
+        encoded = self.encode(_tagged([_normalized(s) for s in sources], tags)) if sources \
+            else []
         target_rows = self.encode_targets(_normalized_targets(targets)) if targets else []
         order = sorted(range(len(sources)),
                        key=lambda i: (len(encoded[i]), len(target_rows[i])))
@@ -126,18 +151,20 @@ class Engine:
                 results[i] = {"log_prob": total, "tokens": tokens, "mean": total / tokens}
             if aligner is not None:
                 for i, line in zip(chunk, aligner(*pairs)):
-                    results[i]["alignment"] = line
+                    results[i]["alignment"] = (line if tags is None
+                                               else self.languages.untag_alignment(line))
             if progress is not None:
                 progress.update(len(chunk))
         return results
 
     # -- the text layer ----------------------------------------------------------------------
     def _run(self, sentences, prefixes, decode_batch, progress, empty=("", 0.0),
-             constraints=None):
+             constraints=None, tags=None):
         """Per sentence, the hypotheses `decode_batch` finds, in input order; [empty] for
         an empty sentence, which is not decoded. A batch whose sentences have phrases
-        (`constraints`) gets them as its third argument."""
-        sentences = [_normalized(s) for s in sentences]
+        (`constraints`) gets them as its third argument. `tags`: a run of several pairs:
+        each sentence's target tag, put in front of it (an empty one stays empty)."""
+        sentences = _tagged([_normalized(s) for s in sentences], tags)
         prefix_rows = self._prefix_rows(sentences, prefixes)
         phrase_rows = self._phrase_rows(sentences, constraints)
         results = [[empty] if not s else None for s in sentences]
@@ -236,6 +263,13 @@ class Engine:
 
 def _normalized(text):
     return normalize_whitespace(text.rstrip("\n"))
+
+
+def _tagged(sentences, tags):
+    """Each non-empty sentence behind its tag (None: as they are)."""
+    if tags is None:
+        return sentences
+    return [f"{tag} {s}" if s else s for s, tag in zip(sentences, tags)]
 
 
 def _normalized_targets(sentences):

@@ -29,6 +29,7 @@ from keras_transformer.decoding.search.compiling import (
 from keras_transformer.decoding.engines.engine import Engine
 from keras_transformer.decoding.engines.precision import cast_model, copy_weights, resolve_precision
 from keras_transformer.decoding.engines.xla import resolve_xla
+from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.decoding.search.sampling import compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
@@ -134,11 +135,14 @@ class Translator(Engine):
     def from_run(cls, run, model_file=None, **kwargs):
         """A translator of a run (a `Run` or its directory): `model_file`, else the averaged
         model if there is one, else the final one; inputs truncated at the run's max_length.
+        A run of several targets translates into `target_language` (a keyword) by default,
+        else into the language each call names.
         A directory of member runs (`runs.EnsembleRun`) translates with their ensemble."""
         run = run if isinstance(run, Run) else open_run(run)
+        languages = TargetLanguages.of_config(run.config, kwargs.pop("target_language", None))
         model = run.load_model(path=model_file)
         kwargs.setdefault("max_input_length", run.config.max_length)
-        return cls(model, run.vocabulary(), **kwargs)
+        return cls(model, run.vocabulary(), **kwargs).set_languages(languages)
 
     def search_ids(self, source_ids, prefix_ids=None, constraint_ids=None):
         """The search on a batch of id rows ((N, S) int32, EOS-terminated, 0-padded, e.g. from

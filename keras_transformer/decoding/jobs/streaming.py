@@ -273,7 +273,7 @@ def job_identity(decoder, **extra):
     weights = (decoder.ctranslate2_folder() / "model.bin" if request.engine == "ctranslate2"
                else decoder.model_file()[0])
     return {"command": decoder.command, "backend": keras.backend.backend(),
-            "options": {**request.values(), **extra},
+            "options": {**request.recorded(), **extra},
             "run_dir": str(decoder.run.directory.resolve()),
             "precision": decoder.precision[0],
             "weights": file_identity(weights) if weights and weights.is_file() else None}
