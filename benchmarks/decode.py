@@ -39,7 +39,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # tf_common first: it sets Keras' backend (TensorFlow) and quiets TensorFlow before they load.
-from tf_common import measure_matmul_peak, op_time_table  # noqa: E402
+from tf_common import measure_matmul_peak, op_time_table, step_group_table  # noqa: E402
 from common import PAPER_VOCAB_SIZE, emit, timed  # noqa: E402
 from flops import search_flops  # noqa: E402
 
@@ -162,6 +162,9 @@ def main(argv=None):
         search(source).numpy()
         tf.profiler.experimental.stop()
         record["top_ops_ms"] = op_time_table(args.profile, top=15)
+        if args.beam > 1:  # every search runs exactly out-len steps
+            record["step_ms"] = round(seconds / args.out_len * 1e3, 3)
+            record["step_groups"] = step_group_table(args.profile, args.out_len)
     if args.compare:
         bf16 = search_seconds(search_function(cast_model(model, "bfloat16"), args), source, args)
         record.update({

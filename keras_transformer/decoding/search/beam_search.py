@@ -26,6 +26,7 @@ inside); `Translator` (through `compiled_beam_search`), the SavedModel signature
 graph all run it.
 """
 
+import keras
 import numpy as np
 from keras import ops, tree
 
@@ -113,8 +114,17 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         initial["finished_keys"] = initial["finished_scores"]  # the pool's order
 
     def body(s):
+        # The name scopes group the step's ops in profiles (benchmarks/decode.py --profile).
         index = s["index"]
-        logits, state = step_fn(ops.expand_dims(s["tokens"], 1), s["state"], index)
+        with keras.name_scope("decode_step"):
+            logits, state = step_fn(ops.expand_dims(s["tokens"], 1), s["state"], index)
+        with keras.name_scope("scores"):
+            top_scores, parents, tokens = expand(s, index, logits)
+        with keras.name_scope("select_beams"):
+            return select(s, index, state, top_scores, parents, tokens)
+
+    def expand(s, index, logits):
+        """The 2K best (beam, token) continuations per sentence (more with constraints)."""
         log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
         log_probs = mask_special_tokens(log_probs, index, min_length)
         vocab = ops.shape(log_probs)[-1]
@@ -140,6 +150,10 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             more = phrases.candidates(s["met"], s["progress"], scores)
             parents, tokens, top_scores = (ops.concatenate([a, b], axis=1) for a, b in
                                            zip((parents, tokens, top_scores), more))
+        return top_scores, parents, tokens
+
+    def select(s, index, state, top_scores, parents, tokens):
+        """The next loop state: the finished pool, the alive beams and their caches."""
         write_here = ops.equal(ops.arange(steps), index)[None, None, :]
         candidates = ops.where(write_here, tokens[:, :, None],
                                gather_beams(s["alive_seq"], parents))  # (B, 2K, T)
@@ -176,7 +190,8 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
                                         gather_beams(top_scores, keep), NEG_INF)
         alive_seq = gather_beams(candidates, keep)
         rows = ops.reshape(gather_beams(parents, keep) + ops.arange(batch)[:, None] * k, (-1,))
-        state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
+        with keras.name_scope("reorder_caches"):
+            state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
         next_tokens = ops.reshape(gather_beams(tokens, keep), (-1,))
 
         # Early termination: nothing alive can still beat the lowest finished score.
