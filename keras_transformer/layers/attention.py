@@ -208,7 +208,9 @@ class MultiHeadAttention(keras.layers.Layer):
             positions `cache_index .. cache_index + T - 1` and attention runs over the whole
             cache (self-attention decoding; pass a mask hiding the positions not yet written).
             Without `cache_index`, the cache is used as is (precomputed cross-attention
-            keys/values, see `compute_key_value`).
+            keys/values, see `compute_key_value`); it may hold one row per R query rows
+            (B / R rows: the beams of a sentence share its source), the mask then one row
+            per cache row.
         cache_index: int scalar tensor, where to write into the cache.
         return_attention_scores: also return the attention weights (B, H, T, S).
         training: whether dropout is active.
@@ -308,9 +310,13 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
+        rows, length = ops.shape(query)[0], ops.shape(query)[1]
         if cache is not None and cache_index is None:
-            keys, values = cache  # precomputed cross-attention keys/values
-            queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B, H, T, d_k)
+            keys, values = cache  # precomputed cross-attention keys/values, (B / R, H, S, d)
+            # The R query rows of a cache row attend as one sequence of R x T queries: one
+            # matrix product per head and source rather than R of a single query each.
+            query = ops.reshape(query, (ops.shape(keys)[0], -1, query.shape[-1]))
+            queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B/R, H, RT, d)
         else:
             if value is None:  # self-attention: Q, K and V in one matmul
                 queries, keys, values = self._fused_projection(
@@ -331,12 +337,13 @@ class MultiHeadAttention(keras.layers.Layer):
             return_weights=return_attention_scores,
         )  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
-        batch, length = ops.shape(output)[0], ops.shape(output)[1]
-        output = ops.reshape(output, (batch, length, self.num_heads * self.value_dim))
+        output = ops.reshape(output, (rows, length, self.num_heads * self.value_dim))
         output = self.output_dense(output)
 
         results = (output,)
         if return_attention_scores:
+            if weights is not None and cache is not None and cache_index is None:
+                weights = _unfold_rows(weights, rows, length)  # (B, H, T, S)
             results += (weights,)
         if cache is not None:
             results += (cache,)
@@ -355,6 +362,15 @@ class MultiHeadAttention(keras.layers.Layer):
             "dropout": self.dropout,
             "use_bias": self.use_bias,
         }
+
+
+def _unfold_rows(weights, rows, length):
+    """Cross-attention weights of R query rows folded into one row, (B / R, H, R T, S) ->
+    (B, H, T, S)."""
+    shape = ops.shape(weights)
+    weights = ops.reshape(weights, (shape[0], shape[1], -1, length, shape[3]))  # (B/R, H, R,..)
+    weights = ops.transpose(weights, (0, 2, 1, 3, 4))  # (B / R, R, H, T, S)
+    return ops.reshape(weights, (rows, shape[1], length, shape[3]))
 
 
 def update_cache(cache, update, index):

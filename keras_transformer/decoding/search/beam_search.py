@@ -34,7 +34,7 @@ from keras_transformer.decoding.search.compiling import compile_search
 from keras_transformer.decoding.search.constraints import (
     INCOMPLETE, PhraseConstraints, first_occurrences)
 from keras_transformer.decoding.search.rules import (
-    NEG_INF, finish, mask_special_tokens, prefix_forcing, with_optional_prefix)
+    NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
@@ -47,10 +47,15 @@ def length_penalty(length, alpha):
 
 
 def gather_beams(tensor, indices):
-    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...)."""
-    extra = len(tensor.shape) - 2
-    return ops.take_along_axis(tensor, ops.reshape(indices, ops.shape(indices) + (1,) * extra),
-                               axis=1)
+    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...).
+
+    One gather of rows b * N + indices[b, j] of the (B * N, ...) reshape: TensorFlow's
+    take_along_axis costs a dozen ops (broadcasts, index checks, transposes) per call, and the
+    search calls this several times a step.
+    """
+    shape = ops.shape(tensor)
+    rows = ops.cast(indices, "int32") + ops.arange(shape[0], dtype="int32")[:, None] * shape[1]
+    return ops.take(ops.reshape(tensor, (-1,) + tuple(shape[2:])), rows, axis=0)
 
 
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
@@ -126,14 +131,15 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
     def expand(s, index, logits):
         """The 2K best (beam, token) continuations per sentence (more with constraints)."""
         log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
-        log_probs = mask_special_tokens(log_probs, index, min_length)
         vocab = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (batch, k, vocab))
-        # At the last allowed position only EOS may follow.
+        # Special tokens never; at the last allowed position only EOS. One select over the
+        # (B, K, V) log-probabilities (each pass over them costs as much as a matmul here).
         at_limit = (index + 1 >= limits)[:, None, None]
         is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
-        log_probs = ops.where(ops.logical_and(at_limit, ops.logical_not(is_eos_column)),
-                              NEG_INF, log_probs)
+        banned = ops.logical_or(special_tokens_banned(vocab, index, min_length)[None, None, :],
+                                ops.logical_and(at_limit, ops.logical_not(is_eos_column)))
+        log_probs = ops.where(banned, NEG_INF, log_probs)  # banned: (B, 1, V)
         if forced_token is not None:  # within its prefix, a sentence has one continuation
             forced, token = forced_token(index)
             other = ops.not_equal(ops.arange(vocab)[None, None, :], token[:, None, None])
