@@ -280,7 +280,7 @@ class MultiHeadAttention(keras.layers.Layer):
         ones). The weights stay separate variables, so checkpoints do not change."""
         dtype = self.compute_dtype
         kernel = ops.concatenate([ops.cast(layer.kernel, dtype) for layer in layers], axis=1)
-        outputs = ops.matmul(inputs, kernel)
+        outputs = _on_rows(lambda rows: ops.matmul(rows, kernel), inputs, kernel.shape[-1])
         if self.use_bias:
             outputs = outputs + ops.concatenate([ops.cast(layer.bias, dtype)
                                                  for layer in layers], axis=0)
@@ -316,13 +316,14 @@ class MultiHeadAttention(keras.layers.Layer):
             # The R query rows of a cache row attend as one sequence of R x T queries: one
             # matrix product per head and source rather than R of a single query each.
             query = ops.reshape(query, (ops.shape(keys)[0], -1, query.shape[-1]))
-            queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B/R, H, RT, d)
+            queries = self._split_heads(_on_rows(self.query_dense, query),
+                                        self.key_dim)  # (B / R, H, R T, d_k)
         else:
             if value is None:  # self-attention: Q, K and V in one matmul
                 queries, keys, values = self._fused_projection(
                     query, (self.query_dense, self.key_dense, self.value_dense))
             else:
-                queries = self.query_dense(query)
+                queries = _on_rows(self.query_dense, query)
                 keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
             queries = self._split_heads(queries, self.key_dim)  # (B, H, T, d_k)
             keys = self._split_heads(keys, self.key_dim)  # (B, H, S, d_k)
@@ -337,8 +338,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return_weights=return_attention_scores,
         )  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
-        output = ops.reshape(output, (rows, length, self.num_heads * self.value_dim))
-        output = self.output_dense(output)
+        output = self.output_dense(ops.reshape(output, (-1, self.num_heads * self.value_dim)))
+        output = ops.reshape(output, (rows, length, output.shape[-1]))
 
         results = (output,)
         if return_attention_scores:
@@ -362,6 +363,15 @@ class MultiHeadAttention(keras.layers.Layer):
             "dropout": self.dropout,
             "use_bias": self.use_bias,
         }
+
+
+def _on_rows(project, inputs, units=None):
+    """`project` (a Dense or a matmul) of (B, T, d) inputs computed on their (B * T, d) rows:
+    TensorFlow runs a matmul of a rank-3 input as a tensordot, half a dozen shape ops around
+    the same 2-D matmul (a decoding step is mostly such small ops). Returns (B, T, units)."""
+    shape = ops.shape(inputs)
+    outputs = project(ops.reshape(inputs, (-1, inputs.shape[-1])))
+    return ops.reshape(outputs, (shape[0], shape[1], units or outputs.shape[-1]))
 
 
 def _unfold_rows(weights, rows, length):
