@@ -60,9 +60,14 @@ class ScaledEmbedding(keras.layers.Layer):
         """`logits` for the few rows of a decoding step, computed as (W x^T)^T.
 
         The same product, ordered for oneDNN: with x of a few hundred rows or less, W x^T runs
-        3-7x faster than x W^T (measured at 4-128 rows, V = 8000-37000); with the thousands
-        of rows of a training batch, x W^T is the faster one, hence two methods.
+        3-7x faster than x W^T (measured at 4-128 rows, V = 8000-37000, float32); with the
+        thousands of rows of a training batch, x W^T is the faster one, hence two methods.
+        In bfloat16 (the CPUs with bf16 units) x W^T is kept: there oneDNN's transpose of the
+        bf16 (V, rows) product costs more than the product itself (base, 128 rows, amx class:
+        about 35 ms against 13 ms), and x W^T runs in the product's time.
         """
+        if keras.backend.standardize_dtype(x.dtype) == "bfloat16":
+            return self.logits(x)
         kernel = ops.cast(self.embeddings, x.dtype)
         batch, length = ops.shape(x)[0], ops.shape(x)[1]
         rows = ops.reshape(x, (batch * length, self.d_model))
