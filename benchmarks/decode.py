@@ -29,7 +29,16 @@ Keras' "bfloat16" policy, its weights cast once (`decoding.engines.precision.cas
 times, in one process on the same weights, our search in float32 (the record's own keys), in
 bfloat16 (`bf16_*`, and `bf16_speedup`: float32 seconds over bf16 seconds) and CTranslate2 (its
 keys as with --engine ctranslate2, float32 unless --quantize; `bf16_ratio_vs_ctranslate2`:
-CTranslate2's seconds over bf16's, > 1: ours in bf16 is faster).
+CTranslate2's seconds over bf16's, > 1: ours in bf16 is faster) and the search `translate` runs
+by default on this CPU (`default_*`: the decoder's "auto" precision and XLA choices, with their
+reason; timed once more unless it is one of the two above; `default_ratio_vs_ctranslate2`).
+Run it at --batch 32 and at --batch 1 for the two ratios.
+
+--profile LOGDIR profiles one more run of our search and prints the top op types and, for beam
+search, `step_groups`: ops and milliseconds per search step by group (self-attention with its
+cache, cross-attention, feed-forward, output projection, log-softmax and masks, top-k, beam
+reordering of the caches, loop bookkeeping; `tf_common.step_group_table`, by op names). Ops
+overlap when the executor runs them in parallel, so the groups can sum to more than `step_ms`.
 """
 
 import argparse
@@ -39,7 +48,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # tf_common first: it sets Keras' backend (TensorFlow) and quiets TensorFlow before they load.
-from tf_common import measure_matmul_peak, op_time_table  # noqa: E402
+from tf_common import measure_matmul_peak, op_time_table, step_group_table  # noqa: E402
 from common import PAPER_VOCAB_SIZE, emit, timed  # noqa: E402
 from flops import search_flops  # noqa: E402
 
@@ -82,11 +91,12 @@ def ctranslate2_seconds(model, source, args):
         return timed(run, args.repeats)[0]
 
 
-def search_function(model, args):
-    """Our search of `model` as one tf.function, every hypothesis forced to out-len tokens."""
+def search_function(model, args, xla=None):
+    """Our search of `model` as one tf.function, every hypothesis forced to out-len tokens;
+    compiled by XLA with `xla` (default: --xla)."""
 
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)],
-                 jit_compile=args.xla or None)
+                 jit_compile=(args.xla if xla is None else xla) or None)
     def search(source_ids):
         # Every output exactly out-len tokens: static shapes, nothing to trim.
         lengths = dict(max_output_length=args.out_len, min_length=args.out_len, static=True)
@@ -102,6 +112,25 @@ def search_seconds(search, source, args):
     ids = search(source).numpy()
     assert ids.shape[1] == args.out_len and np.all(ids[:, -1] == EOS_ID), "length not forced"
     return timed(lambda: search(source).numpy(), args.repeats)[0]
+
+
+def default_search(model, source, args, timed_already):
+    """The `default_*` keys: the search `translate` runs by default on this CPU (the
+    decoder's precision and XLA choices for "auto"), timed unless `timed_already`
+    ({(precision, xla): seconds}) holds it."""
+    from keras_transformer.decoding.engines.precision import resolve_precision
+    from keras_transformer.decoding.engines.xla import resolve_xla
+
+    precision, precision_reason = resolve_precision("auto")
+    xla, xla_reason = resolve_xla(None, precision)
+    seconds = timed_already.get((precision, xla))
+    if seconds is None:
+        seconds = search_seconds(search_function(cast_model(model, precision), args, xla),
+                                 source, args)
+    return {"default_precision": precision, "default_xla": xla,
+            "default_reason": f"{precision_reason}; xla {xla_reason}",
+            "default_seconds": round(seconds, 4),
+            "default_target_tokens_per_s": round(args.batch * args.out_len / seconds, 1)}
 
 
 def main(argv=None):
@@ -162,6 +191,9 @@ def main(argv=None):
         search(source).numpy()
         tf.profiler.experimental.stop()
         record["top_ops_ms"] = op_time_table(args.profile, top=15)
+        if args.beam > 1:  # every search runs exactly out-len steps
+            record["step_ms"] = round(seconds / args.out_len * 1e3, 3)
+            record["step_groups"] = step_group_table(args.profile, args.out_len)
     if args.compare:
         bf16 = search_seconds(search_function(cast_model(model, "bfloat16"), args), source, args)
         record.update({
@@ -170,6 +202,8 @@ def main(argv=None):
             "bf16_achieved_gflops": round(flops / bf16 / 1e9, 1),
             "bf16_speedup": round(seconds / bf16, 3),
         })
+        record.update(default_search(model, source, args, {("float32", args.xla): seconds,
+                                                           ("bfloat16", args.xla): bf16}))
     if args.engine == "ctranslate2" or args.compare:
         import ctranslate2
 
@@ -184,6 +218,7 @@ def main(argv=None):
         })
         if args.compare:
             record["bf16_ratio_vs_ctranslate2"] = round(ct2 / record["bf16_seconds"], 3)
+            record["default_ratio_vs_ctranslate2"] = round(ct2 / record["default_seconds"], 3)
     emit(record)
 
 

@@ -208,7 +208,9 @@ class MultiHeadAttention(keras.layers.Layer):
             positions `cache_index .. cache_index + T - 1` and attention runs over the whole
             cache (self-attention decoding; pass a mask hiding the positions not yet written).
             Without `cache_index`, the cache is used as is (precomputed cross-attention
-            keys/values, see `compute_key_value`).
+            keys/values, see `compute_key_value`); it may hold one row per R query rows
+            (B / R rows: the beams of a sentence share its source), the mask then one row
+            per cache row.
         cache_index: int scalar tensor, where to write into the cache.
         return_attention_scores: also return the attention weights (B, H, T, S).
         training: whether dropout is active.
@@ -278,7 +280,7 @@ class MultiHeadAttention(keras.layers.Layer):
         ones). The weights stay separate variables, so checkpoints do not change."""
         dtype = self.compute_dtype
         kernel = ops.concatenate([ops.cast(layer.kernel, dtype) for layer in layers], axis=1)
-        outputs = ops.matmul(inputs, kernel)
+        outputs = _on_rows(lambda rows: ops.matmul(rows, kernel), inputs, kernel.shape[-1])
         if self.use_bias:
             outputs = outputs + ops.concatenate([ops.cast(layer.bias, dtype)
                                                  for layer in layers], axis=0)
@@ -308,15 +310,20 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
     ):
+        rows, length = ops.shape(query)[0], ops.shape(query)[1]
         if cache is not None and cache_index is None:
-            keys, values = cache  # precomputed cross-attention keys/values
-            queries = self._split_heads(self.query_dense(query), self.key_dim)  # (B, H, T, d_k)
+            keys, values = cache  # precomputed cross-attention keys/values, (B / R, H, S, d)
+            # The R query rows of a cache row attend as one sequence of R x T queries: one
+            # matrix product per head and source rather than R of a single query each.
+            query = ops.reshape(query, (ops.shape(keys)[0], -1, query.shape[-1]))
+            queries = self._split_heads(_on_rows(self.query_dense, query),
+                                        self.key_dim)  # (B / R, H, R T, d_k)
         else:
             if value is None:  # self-attention: Q, K and V in one matmul
                 queries, keys, values = self._fused_projection(
                     query, (self.query_dense, self.key_dense, self.value_dense))
             else:
-                queries = self.query_dense(query)
+                queries = _on_rows(self.query_dense, query)
                 keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
             queries = self._split_heads(queries, self.key_dim)  # (B, H, T, d_k)
             keys = self._split_heads(keys, self.key_dim)  # (B, H, S, d_k)
@@ -331,12 +338,13 @@ class MultiHeadAttention(keras.layers.Layer):
             return_weights=return_attention_scores,
         )  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
-        batch, length = ops.shape(output)[0], ops.shape(output)[1]
-        output = ops.reshape(output, (batch, length, self.num_heads * self.value_dim))
-        output = self.output_dense(output)
+        output = self.output_dense(ops.reshape(output, (-1, self.num_heads * self.value_dim)))
+        output = ops.reshape(output, (rows, length, output.shape[-1]))
 
         results = (output,)
         if return_attention_scores:
+            if weights is not None and cache is not None and cache_index is None:
+                weights = _unfold_rows(weights, rows, length)  # (B, H, T, S)
             results += (weights,)
         if cache is not None:
             results += (cache,)
@@ -355,6 +363,24 @@ class MultiHeadAttention(keras.layers.Layer):
             "dropout": self.dropout,
             "use_bias": self.use_bias,
         }
+
+
+def _on_rows(project, inputs, units=None):
+    """`project` (a Dense or a matmul) of (B, T, d) inputs computed on their (B * T, d) rows:
+    TensorFlow runs a matmul of a rank-3 input as a tensordot, half a dozen shape ops around
+    the same 2-D matmul (a decoding step is mostly such small ops). Returns (B, T, units)."""
+    shape = ops.shape(inputs)
+    outputs = project(ops.reshape(inputs, (-1, inputs.shape[-1])))
+    return ops.reshape(outputs, (shape[0], shape[1], units or outputs.shape[-1]))
+
+
+def _unfold_rows(weights, rows, length):
+    """Cross-attention weights of R query rows folded into one row, (B / R, H, R T, S) ->
+    (B, H, T, S)."""
+    shape = ops.shape(weights)
+    weights = ops.reshape(weights, (shape[0], shape[1], -1, length, shape[3]))  # (B/R, H, R,..)
+    weights = ops.transpose(weights, (0, 2, 1, 3, 4))  # (B / R, R, H, T, S)
+    return ops.reshape(weights, (rows, shape[1], length, shape[3]))
 
 
 def update_cache(cache, update, index):

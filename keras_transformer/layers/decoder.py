@@ -136,17 +136,20 @@ class Decoder(TransformerStack):
     layer_class = DecoderLayer
     layer_prefix = "decoder_layer"
 
-    def init_cache(self, encoder_output, max_length):
+    def init_cache(self, encoder_output, max_length, rows_per_sentence=1):
         """An empty self-attention cache of `max_length` positions plus cross keys/values.
 
         Args:
             encoder_output: (B, S, d_model).
             max_length: the longest target (in tokens) the cache can hold.
+            rows_per_sentence: R, decoder rows per sentence (beams): the self-attention
+                cache has B x R rows (row b * R + r: sentence b), the cross keys/values one
+                per sentence (the R rows share them; `MultiHeadAttention`'s cache).
 
         Returns:
             {"self": ((keys, values), ...), "cross": ((keys, values), ...)}, one pair per layer.
         """
-        batch = ops.shape(encoder_output)[0]
+        batch = ops.shape(encoder_output)[0] * rows_per_sentence
         first = self.stack[0]
         dtype = self.compute_dtype
 

@@ -151,14 +151,15 @@ class Transformer(keras.Model):
             return self.logits(outputs[0]), outputs[1]
         return self.logits(outputs)
 
-    def init_cache(self, encoder_output, source_mask, max_length):
-        """Decoding state for up to `max_length` target tokens.
+    def init_cache(self, encoder_output, source_mask, max_length, rows_per_sentence=1):
+        """Decoding state for up to `max_length` target tokens, `rows_per_sentence` (R, the
+        beams) decoder rows per sentence of `encoder_output` (B, S, d_model).
 
-        Returns a dict: "self" (per-layer (keys, values), each (B, H, max_length, d), updated
-        every step and reordered by beam search), "cross" (per-layer encoder-decoder keys and
-        values, computed here once) and "source_mask" (B, S).
+        Returns a dict: "self" (per-layer (keys, values), each (B x R, H, max_length, d),
+        updated every step and reordered by beam search), "cross" (per-layer encoder-decoder
+        keys and values, one row per sentence, computed here once) and "source_mask" (B, S).
         """
-        cache = self.decoder.init_cache(encoder_output, max_length)
+        cache = self.decoder.init_cache(encoder_output, max_length, rows_per_sentence)
         cache["source_mask"] = source_mask
         return cache
 

@@ -26,6 +26,7 @@ inside); `Translator` (through `compiled_beam_search`), the SavedModel signature
 graph all run it.
 """
 
+import keras
 import numpy as np
 from keras import ops, tree
 
@@ -33,7 +34,7 @@ from keras_transformer.decoding.search.compiling import compile_search
 from keras_transformer.decoding.search.constraints import (
     INCOMPLETE, PhraseConstraints, first_occurrences)
 from keras_transformer.decoding.search.rules import (
-    NEG_INF, finish, mask_special_tokens, prefix_forcing, with_optional_prefix)
+    NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
@@ -46,10 +47,15 @@ def length_penalty(length, alpha):
 
 
 def gather_beams(tensor, indices):
-    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...)."""
-    extra = len(tensor.shape) - 2
-    return ops.take_along_axis(tensor, ops.reshape(indices, ops.shape(indices) + (1,) * extra),
-                               axis=1)
+    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...).
+
+    One gather of rows b * N + indices[b, j] of the (B * N, ...) reshape: TensorFlow's
+    take_along_axis costs a dozen ops (broadcasts, index checks, transposes) per call, and the
+    search calls this several times a step.
+    """
+    shape = ops.shape(tensor)
+    rows = ops.cast(indices, "int32") + ops.arange(shape[0], dtype="int32")[:, None] * shape[1]
+    return ops.take(ops.reshape(tensor, (-1,) + tuple(shape[2:])), rows, axis=0)
 
 
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
@@ -113,17 +119,27 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         initial["finished_keys"] = initial["finished_scores"]  # the pool's order
 
     def body(s):
+        # The name scopes group the step's ops in profiles (benchmarks/decode.py --profile).
         index = s["index"]
-        logits, state = step_fn(ops.expand_dims(s["tokens"], 1), s["state"], index)
+        with keras.name_scope("decode_step"):
+            logits, state = step_fn(ops.expand_dims(s["tokens"], 1), s["state"], index)
+        with keras.name_scope("scores"):
+            top_scores, parents, tokens = expand(s, index, logits)
+        with keras.name_scope("select_beams"):
+            return select(s, index, state, top_scores, parents, tokens)
+
+    def expand(s, index, logits):
+        """The 2K best (beam, token) continuations per sentence (more with constraints)."""
         log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
-        log_probs = mask_special_tokens(log_probs, index, min_length)
         vocab = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (batch, k, vocab))
-        # At the last allowed position only EOS may follow.
+        # Special tokens never; at the last allowed position only EOS. One select over the
+        # (B, K, V) log-probabilities (each pass over them costs as much as a matmul here).
         at_limit = (index + 1 >= limits)[:, None, None]
         is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
-        log_probs = ops.where(ops.logical_and(at_limit, ops.logical_not(is_eos_column)),
-                              NEG_INF, log_probs)
+        banned = ops.logical_or(special_tokens_banned(vocab, index, min_length)[None, None, :],
+                                ops.logical_and(at_limit, ops.logical_not(is_eos_column)))
+        log_probs = ops.where(banned, NEG_INF, log_probs)  # banned: (B, 1, V)
         if forced_token is not None:  # within its prefix, a sentence has one continuation
             forced, token = forced_token(index)
             other = ops.not_equal(ops.arange(vocab)[None, None, :], token[:, None, None])
@@ -140,6 +156,10 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             more = phrases.candidates(s["met"], s["progress"], scores)
             parents, tokens, top_scores = (ops.concatenate([a, b], axis=1) for a, b in
                                            zip((parents, tokens, top_scores), more))
+        return top_scores, parents, tokens
+
+    def select(s, index, state, top_scores, parents, tokens):
+        """The next loop state: the finished pool, the alive beams and their caches."""
         write_here = ops.equal(ops.arange(steps), index)[None, None, :]
         candidates = ops.where(write_here, tokens[:, :, None],
                                gather_beams(s["alive_seq"], parents))  # (B, 2K, T)
@@ -176,7 +196,8 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
                                         gather_beams(top_scores, keep), NEG_INF)
         alive_seq = gather_beams(candidates, keep)
         rows = ops.reshape(gather_beams(parents, keep) + ops.arange(batch)[:, None] * k, (-1,))
-        state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
+        with keras.name_scope("reorder_caches"):
+            state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
         next_tokens = ops.reshape(gather_beams(tokens, keep), (-1,))
 
         # Early termination: nothing alive can still beat the lowest finished score.

@@ -15,14 +15,21 @@ from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
 NEG_INF = -1e9  # the log-probability of what may not be chosen
 
 
-def mask_special_tokens(log_probs, index, min_length=None):
-    """PAD and BOS are never generated; EOS not before position min_length - 1 if given."""
-    ids = ops.arange(ops.shape(log_probs)[-1])
+def special_tokens_banned(vocab, index, min_length=None):
+    """(vocab,) bool: the tokens that may not follow at step `index`: PAD and BOS never, EOS
+    not before position min_length - 1 if given."""
+    ids = ops.arange(vocab)
     banned = ops.logical_or(ops.equal(ids, PAD_ID), ops.equal(ids, BOS_ID))
     if min_length is not None:
         banned = ops.logical_or(banned, ops.logical_and(ops.equal(ids, EOS_ID),
                                                         index + 1 < min_length))
-    return ops.where(banned, NEG_INF, log_probs)
+    return banned
+
+
+def mask_special_tokens(log_probs, index, min_length=None):
+    """log_probs (..., V) with NEG_INF where `special_tokens_banned`."""
+    return ops.where(special_tokens_banned(ops.shape(log_probs)[-1], index, min_length),
+                     NEG_INF, log_probs)
 
 
 def prefix_lengths(prefix):

@@ -58,8 +58,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         model: a `Transformer`, or an `Ensemble` of them (its state is the tuple of the
             members' states; each step gives the log of their mean probabilities).
         source_ids: (B, S) int32, padded with 0.
-        beam_size: rows per sentence (the encoder runs once per sentence, then its keys and
-            values are tiled to the beams once).
+        beam_size: rows per sentence (the encoder and the cross-attention keys and values
+            run once per sentence; its beams share them, `Transformer.init_cache`).
         max_length: cache length; default max(limits) on TensorFlow, `static_max_length` on
             backends that compile static shapes (pass it with your own `limits` there).
         cached: False recomputes the whole decoder over the prefix at every step (slow; a
@@ -79,10 +79,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     if members is not None:
         return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits)
     encoder_output, source_mask = model.encode(source_ids)
-    encoder_output = tile_beams(encoder_output, beam_size)
-    source_mask = tile_beams(source_mask, beam_size)
-    if cached:
-        cache = model.init_cache(encoder_output, source_mask, max_length)
+    if cached:  # the beams of a sentence share its cross-attention keys and values
+        cache = model.init_cache(encoder_output, source_mask, max_length, beam_size)
         cross = cache["cross"]
 
         def step_fn(tokens, state, index):
@@ -92,6 +90,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
 
         return step_fn, cache["self"], limits, max_length
 
+    encoder_output = tile_beams(encoder_output, beam_size)
+    source_mask = tile_beams(source_mask, beam_size)
     rows = ops.shape(encoder_output)[0]
     prefix = ops.zeros((rows, max_length), "int32")
 
