@@ -155,16 +155,9 @@ class Section:
             if kind is float and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
                 setattr(self, field.name, value)
-            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                raise ConfigError(f"Config key {field.name!r} must be {kind.__name__}"
-                                  f"{' or null' if optional else ''}; got {value!r}.")
-            choices = field.metadata["choices"]
-            if choices is not None and value not in choices:
-                raise ConfigError(f"Config key {field.name!r} must be one of "
-                                  f"{', '.join(map(str, choices))}; got {value!r}.")
-            rule = field.metadata["check"] and field.metadata["check"](value)
-            if rule:
-                raise ConfigError(f"Config key {field.name!r} {rule}; got {value!r}.")
+            problem = _value_problem(field, kind, value, " or null" if optional else "")
+            if problem:
+                raise ConfigError(f"Config key {field.name!r} {problem}; got {value!r}.")
 
     def _many(self, field, kind, values):
         """A list given to a setting that takes one value per pair: each item checked as the
@@ -174,19 +167,23 @@ class Section:
             raise ConfigError(f"Config key {field.name!r} is an empty list: give one value "
                               "per language pair.")
         for item in values:
-            if not isinstance(item, kind) or (kind is int and isinstance(item, bool)):
-                raise ConfigError(f"Config key {field.name!r} must hold {kind.__name__} "
-                                  f"values; got {item!r} in {values!r}.")
-            choices = field.metadata["choices"]
-            if choices is not None and item not in choices:
-                raise ConfigError(f"Config key {field.name!r} must hold values among "
-                                  f"{', '.join(map(str, choices))}; got {item!r}.")
-            rule = field.metadata["check"] and field.metadata["check"](item)
-            if rule:
-                raise ConfigError(f"Config key {field.name!r} {rule}; got {item!r}.")
+            problem = _value_problem(field, kind, item)
+            if problem:
+                raise ConfigError(f"Config key {field.name!r}: each value {problem}; got "
+                                  f"{item!r} in {values!r}.")
         value = values[0] if len(values) == 1 else values
         setattr(self, field.name, value)
         return value
+
+
+def _value_problem(field, kind, value, or_null=""):
+    """What is wrong with one value of a setting (its type, choices and rule), or None."""
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        return f"must be {kind.__name__}{or_null}"
+    choices = field.metadata["choices"]
+    if choices is not None and value not in choices:
+        return f"must be one of {', '.join(map(str, choices))}"
+    return (field.metadata["check"] and field.metadata["check"](value)) or None
 
 
 @dataclasses.dataclass
