@@ -173,7 +173,13 @@ class TranslatorModule(IdsTranslatorModule):
         # Untracked too: it holds the model (its batcher is an op of the traced graphs).
         self._parts.batched = batching and BatchedSearch(
             model, self.beam_size, self.alpha, max_input_length, self.max_rows, batching)
-        self._parts.nbest = None  # the shared search, made on first use (`nbest_ids`)
+        # serving_default and translate_nbest call one traced function: the search (its
+        # prefix, constraint and batching branches) is traced and saved once, not per
+        # signature.
+        self._parts.nbest = tf.function(self._search_nbest, input_signature=[
+            tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32),
+            tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
+            tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)])
         # Untracked, as the model (a constant of the graph, not a saved object).
         self._parts.starts_word = text_signatures.starts_word(tokenizer) if alignments else None
         self.serve = text_signatures.serving_default(self)
@@ -186,15 +192,6 @@ class TranslatorModule(IdsTranslatorModule):
         if prefix is None or constraints is None:
             return self._search_nbest(source_ids, beam_size, alpha, num_hypotheses, prefix,
                                       constraints)
-        # serving_default and translate_nbest call one traced function: the search (its
-        # prefix, constraint and batching branches) is traced and saved once, not per
-        # signature.
-        if self._parts.nbest is None:
-            self._parts.nbest = tf.function(self._search_nbest, input_signature=[
-                tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32),
-                tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
-                tf.TensorSpec([None, None], tf.int32),
-                tf.TensorSpec([None, None, None], tf.int32)])
         return self._parts.nbest(source_ids, beam_size, alpha, num_hypotheses, prefix,
                                  constraints)
 

@@ -64,17 +64,20 @@ class TargetLanguages:
             if language is not None and self.single is None:  # a model in memory: as asked
                 return _tags(count, language)
             if language is not None:
-                for item in [language] if isinstance(language, str) else language:
-                    self.check(item, "target_language")
+                self._check_each(language, "target_language")
             return None
         if language is None:
             raise InputError(f"this model translates into {', '.join(self.targets)}: say "
                              f"which with --tgt-lang (Python: target_language=...), e.g. "
                              f"--tgt-lang {self.targets[0]}.")
-        for item in [language] if isinstance(language, str) else language:
-            self.check(item, "target_language" if not isinstance(language, str) else
-                       "--tgt-lang")
+        self._check_each(language, "--tgt-lang" if isinstance(language, str) else
+                         "target_language")
         return _tags(count, language)
+
+    def _check_each(self, language, what):
+        """`check` of one language, or of each of a list."""
+        for item in [language] if isinstance(language, str) else language:
+            self.check(item, what)
 
     @staticmethod
     def untag_alignment(line):
