@@ -18,6 +18,11 @@ Prints one JSON line per model and pair (sacreBLEU, chrF, the Multi30k literatur
 share of outputs in another language by py3langid, training minutes) and a last line with the
 acceptance figures: the mean sacreBLEU of each side, the largest drop of a pair below its
 bilingual model, the largest wrong-language share, then a Markdown table for docs/results.md.
+Then the CTranslate2 export of the multilingual run against the Keras engine on the first
+`--agreement-sentences` val sentences of each pair (float32 both; greedy, where the export's
+documented tolerance is the same output, and the run's beam and alpha, where CTranslate2's
+length penalty may end beams differently): one JSON line per pair. `--agreement` does only
+that, on a finished run.
 """
 
 import argparse
@@ -44,6 +49,10 @@ def arguments(argv=None):
     parser.add_argument("--train-steps", type=int,
                         help="bilingual steps (the multilingual run: times the pairs); default "
                         "the quick recipe's")
+    parser.add_argument("--agreement-sentences", type=int, default=200,
+                        help="val sentences per pair for the CTranslate2 agreement (0: skip)")
+    parser.add_argument("--agreement", action="store_true",
+                        help="only the CTranslate2 agreement of the finished multilingual run")
     parser.add_argument("--settings", default="{}",
                         help="JSON of more training settings for every run (a smoke run's "
                         "preset, source_dir, ...)")
@@ -88,6 +97,36 @@ def check_reusable(folder, targets):
         raise SystemExit(f"--reuse: no trained model in {', '.join(missing)}")
 
 
+def export_agreement(folder, targets, sentences, cpu):
+    """The multilingual run's CTranslate2 export (float32) against our engine in float32 on
+    the first `sentences` val sentences of each pair: the share of identical outputs, greedy
+    and with the run's beam and alpha."""
+    from keras_transformer import export
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.runs import open_run
+    from pipelines import datasets
+
+    run = open_run(folder / "multilingual")
+    ct2 = export.export_run(run.directory, format="ctranslate2", output_dir=folder / "exports",
+                            name="multilingual", overwrite=True)
+    config = run.config
+    for target in targets:
+        sources = datasets.split_texts(config.dataset, "dev",
+                                       **config.data_arguments(target))[0][:sentences]
+        line = dict(benchmark="multilingual", agreement=True, pair=f"en-{target}", cpu=cpu,
+                    sentences=len(sources))
+        for search, given in (("greedy", {"beam_size": 1}), ("beam", {})):
+            outputs = {}
+            for engine, extra in (("tensorflow", {"precision": "float32"}),
+                                  ("ctranslate2", {"ctranslate2_model": str(ct2)})):
+                decoder = Decoder.resolve(run, dict(given, engine=engine, target_language=target,
+                                                    **extra))
+                outputs[engine] = decoder.engine().translate(sources)
+            same = sum(a == b for a, b in zip(outputs["tensorflow"], outputs["ctranslate2"]))
+            line[f"{search}_identical"] = round(same / len(sources), 4)
+        emit(line)
+
+
 def table(rows):
     lines = ["| pair | model | sacreBLEU | chrF | lit. BLEU | wrong language | training min |",
              "|---|---|---|---|---|---|---|"]
@@ -105,6 +144,8 @@ def main(argv=None):
     if args.reuse:
         check_reusable(folder, args.targets)
     cpu = describe_cpu()
+    if args.agreement:
+        return export_agreement(folder, args.targets, args.agreement_sentences, cpu)
     rows = []
     for target in args.targets:
         result, minutes = bilingual(target, folder, args, settings)
@@ -133,6 +174,8 @@ def main(argv=None):
                                                       for p in pairs), 1),
                                "multilingual": round(minutes, 1)}})
     print(table(rows))
+    if args.agreement_sentences:
+        export_agreement(folder, args.targets, args.agreement_sentences, cpu)
 
 
 if __name__ == "__main__":

@@ -352,3 +352,24 @@ def test_the_multilingual_demo_has_the_compute_of_one_bilingual_demo_per_pair(ca
                                                     literature_bleu=41.0,
                                                     wrong_language=0.004)})
     assert "fr" in table and "0.40%" in table
+
+
+def test_the_benchmark_compares_the_ctranslate2_export_with_the_keras_engine(multi_run, tmp_path,
+                                                                              capsys):
+    pytest.importorskip("ctranslate2")
+    import importlib.util
+
+    run_dir, _ = multi_run
+    (tmp_path / "multilingual").symlink_to(run_dir)
+    spec = importlib.util.spec_from_file_location("multilingual_benchmark",
+                                                  BENCHMARKS / "multilingual.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    capsys.readouterr()
+    benchmark.export_agreement(tmp_path, ["fr", "de"], 4, "test cpu")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["pair"] for line in lines] == ["en-fr", "en-de"]
+    for line in lines:
+        assert line["sentences"] == 4
+        assert line["greedy_identical"] == 1.0  # the export's documented tolerance
+        assert 0.0 <= line["beam_identical"] <= 1.0

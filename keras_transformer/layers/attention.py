@@ -21,6 +21,8 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers import rows as on_rows
+
 # "auto": the fused path where `fused_attention_applies` says so; "plain" or "fused": always
 # that path (benchmarks compare them; "fused" on a CPU runs Keras' own non-fused kernel).
 IMPLEMENTATIONS = ("auto", "plain", "fused")
@@ -280,7 +282,7 @@ class MultiHeadAttention(keras.layers.Layer):
         ones). The weights stay separate variables, so checkpoints do not change."""
         dtype = self.compute_dtype
         kernel = ops.concatenate([ops.cast(layer.kernel, dtype) for layer in layers], axis=1)
-        outputs = _on_rows(lambda rows: ops.matmul(rows, kernel), inputs, kernel.shape[-1])
+        outputs = on_rows.matmul(inputs, kernel)
         if self.use_bias:
             outputs = outputs + ops.concatenate([ops.cast(layer.bias, dtype)
                                                  for layer in layers], axis=0)
@@ -316,14 +318,14 @@ class MultiHeadAttention(keras.layers.Layer):
             # The R query rows of a cache row attend as one sequence of R x T queries: one
             # matrix product per head and source rather than R of a single query each.
             query = ops.reshape(query, (ops.shape(keys)[0], -1, query.shape[-1]))
-            queries = self._split_heads(_on_rows(self.query_dense, query),
+            queries = self._split_heads(on_rows.dense(self.query_dense, query),
                                         self.key_dim)  # (B / R, H, R T, d_k)
         else:
             if value is None:  # self-attention: Q, K and V in one matmul
                 queries, keys, values = self._fused_projection(
                     query, (self.query_dense, self.key_dense, self.value_dense))
             else:
-                queries = _on_rows(self.query_dense, query)
+                queries = on_rows.dense(self.query_dense, query)
                 keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
             queries = self._split_heads(queries, self.key_dim)  # (B, H, T, d_k)
             keys = self._split_heads(keys, self.key_dim)  # (B, H, S, d_k)
@@ -338,8 +340,8 @@ class MultiHeadAttention(keras.layers.Layer):
             return_weights=return_attention_scores,
         )  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
-        output = self.output_dense(ops.reshape(output, (-1, self.num_heads * self.value_dim)))
-        output = ops.reshape(output, (rows, length, output.shape[-1]))
+        output = ops.reshape(output, (rows, length, self.num_heads * self.value_dim))
+        output = on_rows.dense(self.output_dense, output)
 
         results = (output,)
         if return_attention_scores:
@@ -363,15 +365,6 @@ class MultiHeadAttention(keras.layers.Layer):
             "dropout": self.dropout,
             "use_bias": self.use_bias,
         }
-
-
-def _on_rows(project, inputs, units=None):
-    """`project` (a Dense or a matmul) of (B, T, d) inputs computed on their (B * T, d) rows:
-    TensorFlow runs a matmul of a rank-3 input as a tensordot, half a dozen shape ops around
-    the same 2-D matmul (a decoding step is mostly such small ops). Returns (B, T, units)."""
-    shape = ops.shape(inputs)
-    outputs = project(ops.reshape(inputs, (-1, inputs.shape[-1])))
-    return ops.reshape(outputs, (shape[0], shape[1], units or outputs.shape[-1]))
 
 
 def _unfold_rows(weights, rows, length):

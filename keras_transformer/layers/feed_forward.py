@@ -1,7 +1,8 @@
 """Position-wise feed-forward network and the residual sub-layer wrapper (Sections 3.1, 3.3)."""
 
 import keras
-from keras import ops
+
+from keras_transformer.layers import rows
 
 
 @keras.saving.register_keras_serializable(package="keras_transformer")
@@ -41,14 +42,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.outer.build((None, None, self.d_ff))
 
     def call(self, inputs, training=None):
-        # On the (B * T, d_model) rows: TensorFlow runs a Dense on a rank-3 input as a
-        # tensordot, half a dozen shape ops around the same matmul (a decoding step is
-        # mostly such small ops).
-        rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
-        hidden = self.inner(rows)  # (B * T, d_ff)
+        # On the 2-D rows, the bias after the product (`layers.rows` says why).
+        hidden = rows.dense(self.inner, inputs)  # (B, T, d_ff)
         hidden = self.dropout_layer(hidden, training=training)
-        outputs = self.outer(hidden)
-        return ops.reshape(outputs, ops.shape(inputs)[:-1] + (outputs.shape[-1],))
+        return rows.dense(self.outer, hidden)
 
     def compute_output_shape(self, input_shape):
         return input_shape
