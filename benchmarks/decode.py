@@ -98,8 +98,10 @@ def search_function(model, args, xla=None):
     @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)],
                  jit_compile=(args.xla if xla is None else xla) or None)
     def search(source_ids):
-        # Every output exactly out-len tokens: static shapes, nothing to trim.
-        lengths = dict(max_output_length=args.out_len, min_length=args.out_len, static=True)
+        # Every output exactly out-len tokens; static shapes under XLA (as translate's), the
+        # caches growing without (as translate's).
+        lengths = dict(max_output_length=args.out_len, min_length=args.out_len,
+                       static=bool(args.xla if xla is None else xla))
         if args.beam == 1:
             return translate_greedy(model, source_ids, **lengths)["ids"][:, 0]
         return translate_beam(model, source_ids, args.beam, 0.6, **lengths)["ids"][:, 0]

@@ -216,6 +216,10 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_index: int scalar tensor, where to write into the cache.
         return_attention_scores: also return the attention weights (B, H, T, S).
         training: whether dropout is active.
+        grow_cache: with `cache_index`, the cache holds exactly the positions before it and
+            the keys/values of `query` are appended (a cache that grows with the output, where
+            shapes may follow values: TensorFlow's graphs without XLA); the result holds
+            cache_index + T positions.
 
     Returns:
         `output` (B, T, output_dim); followed by the weights if `return_attention_scores`,
@@ -311,6 +315,7 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_index=None,
         return_attention_scores=False,
         training=None,
+        grow_cache=False,
     ):
         rows, length = ops.shape(query)[0], ops.shape(query)[1]
         if cache is not None and cache_index is None:
@@ -330,7 +335,11 @@ class MultiHeadAttention(keras.layers.Layer):
             queries = self._split_heads(queries, self.key_dim)  # (B, H, T, d_k)
             keys = self._split_heads(keys, self.key_dim)  # (B, H, S, d_k)
             values = self._split_heads(values, self.value_dim)  # (B, H, S, d_v)
-            if cache is not None:
+            if cache is not None and grow_cache:  # the cache holds positions 0..index-1
+                keys = ops.concatenate([cache[0], ops.cast(keys, cache[0].dtype)], axis=2)
+                values = ops.concatenate([cache[1], ops.cast(values, cache[1].dtype)], axis=2)
+                cache = (keys, values)
+            elif cache is not None:
                 keys = update_cache(cache[0], keys, cache_index)
                 values = update_cache(cache[1], values, cache_index)
                 cache = (keys, values)

@@ -33,6 +33,7 @@ class DecoderLayer(_LayerSettings, keras.layers.Layer):
         cache_index: where the current tokens go in `self_cache`.
         return_attention_scores: also return (self weights, cross weights).
         training: whether dropout is active.
+        grow_cache: `self_cache` grows (`MultiHeadAttention`'s `grow_cache`).
 
     Returns:
         output (B, T, d_model); then (self_weights, cross_weights) if
@@ -71,7 +72,7 @@ class DecoderLayer(_LayerSettings, keras.layers.Layer):
     def call(
         self, inputs, encoder_output=None, self_attention_mask=None, cross_attention_mask=None,
         self_cache=None, cross_cache=None, cache_index=None, return_attention_scores=False,
-        training=None,
+        training=None, grow_cache=False,
     ):
         x = inputs
         h = self.self_attention_residual.normalize(x)
@@ -84,6 +85,7 @@ class DecoderLayer(_LayerSettings, keras.layers.Layer):
             h, self_weights, self_cache = self.self_attention(
                 h, attention_mask=self_attention_mask, cache=self_cache,
                 cache_index=cache_index, return_attention_scores=True, training=training,
+                grow_cache=grow_cache,
             )
         x = self.self_attention_residual(x, h, training=training)
 
@@ -124,6 +126,7 @@ class Decoder(TransformerStack):
         source_padding_mask: boolean (B, S), True for real tokens.
         cache: optional decoding cache from `init_cache`: a dict with "self" and "cross",
             each a tuple with one (keys, values) pair per layer.
+        grow_cache: the self caches grow (`init_cache`'s `grow`; its "grow").
         cache_index: position of the first token of `embedded` (with a cache).
         return_attention_scores: also return per-layer (self, cross) weights.
         training: whether dropout is active.
@@ -136,25 +139,33 @@ class Decoder(TransformerStack):
     layer_class = DecoderLayer
     layer_prefix = "decoder_layer"
 
-    def init_cache(self, encoder_output, max_length, rows_per_sentence=1):
+    def init_cache(self, encoder_output, max_length, rows_per_sentence=1, grow=False):
         """An empty self-attention cache of `max_length` positions plus cross keys/values.
 
         Args:
             encoder_output: (B, S, d_model).
             max_length: the longest target (in tokens) the cache can hold.
+            grow: a cache of no positions that each step extends (`MultiHeadAttention`'s
+                `grow_cache`; the dict says so under "grow"): a step then attends over and
+                beam search reorders the positions written so far, not `max_length`. Where
+                shapes may follow values only (TensorFlow's graphs): `max_length` must be
+                a tensor there, so that the empty length has no static value and the loop
+                may change it.
             rows_per_sentence: R, decoder rows per sentence (beams): the self-attention
                 cache has B x R rows (row b * R + r: sentence b), the cross keys/values one
                 per sentence (the R rows share them; `MultiHeadAttention`'s cache).
 
         Returns:
-            {"self": ((keys, values), ...), "cross": ((keys, values), ...)}, one pair per layer.
+            {"self": ((keys, values), ...), "cross": ((keys, values), ...)}, one pair per
+            layer, and "grow": True with `grow`.
         """
         batch = ops.shape(encoder_output)[0] * rows_per_sentence
         first = self.stack[0]
         dtype = self.compute_dtype
+        length = max_length * 0 if grow else max_length  # no static value: see `grow`
 
         def empty(head_dim):
-            return ops.zeros((batch, first.num_heads, max_length, head_dim), dtype)
+            return ops.zeros((batch, first.num_heads, length, head_dim), dtype)
 
         self_cache = tuple(
             (empty(first.key_dim), empty(first.value_dim)) for _ in self.stack
@@ -162,22 +173,27 @@ class Decoder(TransformerStack):
         cross_cache = tuple(
             layer.compute_cross_key_value(encoder_output) for layer in self.stack
         )
-        return {"self": self_cache, "cross": cross_cache}
+        cache = {"self": self_cache, "cross": cross_cache}
+        return dict(cache, grow=True) if grow else cache  # a Python value: only when True
 
     def call(
         self, embedded, encoder_output=None, target_padding_mask=None, source_padding_mask=None,
         cache=None, cache_index=None, return_attention_scores=False, training=None,
+        grow_cache=False,
     ):
         length = ops.shape(embedded)[1]
         start = 0 if cache is None else cache_index
+        grow = cache is not None and grow_cache
         x = self._embed_positions(embedded, start, training)
 
         if cache is None:
             self_mask = causal_mask(length, length)[None]  # (1, T, T)
             if target_padding_mask is not None:
                 self_mask = ops.logical_and(self_mask, target_padding_mask[:, None, :])
+        elif grow and isinstance(length, int) and length == 1:
+            self_mask = None  # one new position, which may attend to every one before
         else:
-            cache_length = ops.shape(cache["self"][0][0])[2]
+            cache_length = ops.shape(cache["self"][0][0])[2] + (length if grow else 0)
             self_mask = causal_mask(length, cache_length, cache_index)[None]  # (1, T, L)
 
         all_weights, new_self_cache = [], []
@@ -193,7 +209,7 @@ class Decoder(TransformerStack):
                     x, encoder_output, self_attention_mask=self_mask,
                     cross_attention_mask=source_padding_mask, self_cache=cache["self"][i],
                     cross_cache=cache["cross"][i], cache_index=cache_index,
-                    return_attention_scores=True, training=training,
+                    return_attention_scores=True, training=training, grow_cache=grow,
                 )
                 new_self_cache.append(layer_cache)
             all_weights.append(weights)

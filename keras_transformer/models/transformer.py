@@ -151,15 +151,18 @@ class Transformer(keras.Model):
             return self.logits(outputs[0]), outputs[1]
         return self.logits(outputs)
 
-    def init_cache(self, encoder_output, source_mask, max_length, rows_per_sentence=1):
+    def init_cache(self, encoder_output, source_mask, max_length, rows_per_sentence=1,
+                   grow=False):
         """Decoding state for up to `max_length` target tokens, `rows_per_sentence` (R, the
         beams) decoder rows per sentence of `encoder_output` (B, S, d_model).
 
         Returns a dict: "self" (per-layer (keys, values), each (B x R, H, max_length, d),
         updated every step and reordered by beam search), "cross" (per-layer encoder-decoder
-        keys and values, one row per sentence, computed here once) and "source_mask" (B, S).
+        keys and values, one row per sentence, computed here once), "source_mask" (B, S) and,
+        with `grow`, "grow": True (self caches of no positions that each step extends, in
+        TensorFlow's graphs; `Decoder.init_cache`).
         """
-        cache = self.decoder.init_cache(encoder_output, max_length, rows_per_sentence)
+        cache = self.decoder.init_cache(encoder_output, max_length, rows_per_sentence, grow)
         cache["source_mask"] = source_mask
         return cache
 
@@ -177,9 +180,11 @@ class Transformer(keras.Model):
         output, new_cache = self.decoder(
             self.target_embedding(tokens), None, source_padding_mask=cache["source_mask"],
             cache={"self": cache["self"], "cross": cache["cross"]}, cache_index=index,
-            training=False,
+            training=False, grow_cache=cache.get("grow", False),
         )
         new_cache["source_mask"] = cache["source_mask"]
+        if cache.get("grow", False):
+            new_cache["grow"] = True
         return self.logits(output, step=True), new_cache
 
     # -- keras.Model -----------------------------------------------------------------------

@@ -12,10 +12,11 @@ are chosen. `model_step(model, source_ids, beam_size)` builds that function from
 the encoder-decoder keys/values are computed once per sentence, live in the step function's
 closure and are never reordered.
 
-The limits: on TensorFlow the cache and output buffer hold max(limits) positions (shapes that
-follow the values); where every shape is static (XLA, JAX; a body's `static=True`) they hold
-`static_max_length` positions (padded source width + extra_length) while each sentence's limit
-stays exact (a value).
+The limits: on TensorFlow the output buffer holds max(limits) positions and the self-attention
+caches grow by one position per step (shapes that follow the values: a step attends over, and
+beam search reorders, the positions written so far); where every shape is static (XLA, JAX; a
+body's `static=True`) the caches and buffers hold `static_max_length` positions (padded source
+width + extra_length) while each sentence's limit stays exact (a value).
 """
 
 from keras import ops
@@ -51,7 +52,7 @@ def tile_beams(tensor, beam_size):
 
 
 def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None,
-               extra_length=EXTRA_LENGTH):
+               extra_length=EXTRA_LENGTH, grow=None):
     """Step function, initial state and limits for searching `model` on `source_ids`.
 
     Args:
@@ -60,32 +61,45 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         source_ids: (B, S) int32, padded with 0.
         beam_size: rows per sentence (the encoder and the cross-attention keys and values
             run once per sentence; its beams share them, `Transformer.init_cache`).
-        max_length: cache length; default max(limits) on TensorFlow, `static_max_length` on
-            backends that compile static shapes (pass it with your own `limits` there).
+        max_length: cache length; default max(limits) on TensorFlow (the output buffer's;
+            the caches grow there), `static_max_length` on backends that compile static
+            shapes (pass it with your own `limits` there).
         cached: False recomputes the whole decoder over the prefix at every step (slow; a
             reference to test the cache against).
         limits: (B,) maximum output lengths (default: source length + extra_length).
         extra_length: 50 in the paper's translation setting, 300 for parsing.
+        grow: self-attention caches that grow by a position per step (`Transformer.init_cache`)
+            rather than hold max_length; default: where shapes may follow values (TensorFlow)
+            and max_length is not given.
 
     Returns:
         (step_fn, state, limits (B,), max_length).
     """
     if limits is None:
         limits = output_limits(source_ids, extra_length)
+    if grow is None:
+        grow = max_length is None and dynamic_shapes()
+    return _model_step(model, source_ids, beam_size, max_length, cached, limits, extra_length,
+                       grow)
+
+
+def _model_step(model, source_ids, beam_size, max_length, cached, limits, extra_length, grow):
     if max_length is None:
         max_length = (ops.max(limits, initial=1) if dynamic_shapes()
                       else static_max_length(source_ids, extra_length))
     members = getattr(model, "members", None)  # an `Ensemble`
     if members is not None:
-        return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits)
+        return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow)
     encoder_output, source_mask = model.encode(source_ids)
     if cached:  # the beams of a sentence share its cross-attention keys and values
-        cache = model.init_cache(encoder_output, source_mask, max_length, beam_size)
-        cross = cache["cross"]
+        # A growing cache starts empty with a length of no static value (a reduction's).
+        length = ops.max(limits, initial=1) if grow else max_length
+        cache = model.init_cache(encoder_output, source_mask, length, beam_size, grow)
+        cache_of_step = {name: value for name, value in cache.items() if name != "self"}
 
         def step_fn(tokens, state, index):
             logits, cache = model.decode_step(
-                tokens, {"self": state, "cross": cross, "source_mask": source_mask}, index)
+                tokens, dict(cache_of_step, self=state), index)
             return logits, cache["self"]
 
         return step_fn, cache["self"], limits, max_length
@@ -104,14 +118,14 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     return uncached_step, prefix, limits, max_length
 
 
-def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits):
+def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow):
     """`model_step` for an `Ensemble`: the state is the tuple of the members' states; the
     step returns the log of the members' mean next-token probabilities (as logits: a log-softmax
     of them gives them back)."""
     from keras_transformer.models.ensemble import mean_of_probabilities
 
-    steps = [model_step(member, source_ids, beam_size, max_length, cached, limits)[:2]
-             for member in members]
+    steps = [_model_step(member, source_ids, beam_size, max_length, cached, limits, None,
+                         grow)[:2] for member in members]
 
     def step_fn(tokens, state, index):
         outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
@@ -141,4 +155,5 @@ def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cac
     if bound is not None and constraints is not None:
         bound += ops.shape(constraints)[1] * ops.shape(constraints)[2]
     return model_step(model, source_ids, rows_per_sentence, bound, cached=cached,
-                      limits=limits, extra_length=extra_length)
+                      limits=limits, extra_length=extra_length,
+                      grow=not static and dynamic_shapes())
