@@ -220,6 +220,7 @@ class MultiHeadAttention(keras.layers.Layer):
             the keys/values of `query` are appended (a cache that grows with the output, where
             shapes may follow values: TensorFlow's graphs without XLA); the result holds
             cache_index + T positions.
+        fused_weights: self-attention's `fused_weights()`, made once for a decoding loop.
 
     Returns:
         `output` (B, T, output_dim); followed by the weights if `return_attention_scores`,
@@ -279,17 +280,28 @@ class MultiHeadAttention(keras.layers.Layer):
         x = ops.reshape(x, (batch, length, self.num_heads, head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
-    def _fused_projection(self, inputs, layers):
+    def fused_weights(self, layers=None):
+        """The kernels (and biases) of several Dense projections side by side, in the compute
+        dtype: (kernel (d_model, sum of units), bias or None). Default: query, key and value
+        (self-attention). A decoding loop makes them once (`Decoder.init_cache`) rather than
+        concatenating the weights again at every step."""
+        layers = layers or (self.query_dense, self.key_dense, self.value_dense)
+        dtype = self.compute_dtype
+        kernel = ops.concatenate([ops.cast(layer.kernel, dtype) for layer in layers], axis=1)
+        bias = (ops.concatenate([ops.cast(layer.bias, dtype) for layer in layers], axis=0)
+                if self.use_bias else None)
+        return kernel, bias
+
+    def _fused_projection(self, inputs, layers, weights=None):
         """inputs (B, T, d_model) through several of the Dense projections at once: one matmul
         with their kernels side by side (small models spend much of a step on per-op
         overhead, and one wide matmul runs closer to the machine's peak than three narrow
-        ones). The weights stay separate variables, so checkpoints do not change."""
-        dtype = self.compute_dtype
-        kernel = ops.concatenate([ops.cast(layer.kernel, dtype) for layer in layers], axis=1)
+        ones). The weights stay separate variables, so checkpoints do not change; `weights`:
+        their `fused_weights`, made already."""
+        kernel, bias = weights or self.fused_weights(layers)
         outputs = on_rows.matmul(inputs, kernel)
-        if self.use_bias:
-            outputs = outputs + ops.concatenate([ops.cast(layer.bias, dtype)
-                                                 for layer in layers], axis=0)
+        if bias is not None:
+            outputs = outputs + bias
         sizes = [layer.units for layer in layers]
         splits = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
         return ops.split(outputs, splits, axis=-1)
@@ -316,6 +328,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return_attention_scores=False,
         training=None,
         grow_cache=False,
+        fused_weights=None,
     ):
         rows, length = ops.shape(query)[0], ops.shape(query)[1]
         if cache is not None and cache_index is None:
@@ -328,7 +341,8 @@ class MultiHeadAttention(keras.layers.Layer):
         else:
             if value is None:  # self-attention: Q, K and V in one matmul
                 queries, keys, values = self._fused_projection(
-                    query, (self.query_dense, self.key_dense, self.value_dense))
+                    query, (self.query_dense, self.key_dense, self.value_dense),
+                    fused_weights)
             else:
                 queries = on_rows.dense(self.query_dense, query)
                 keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))

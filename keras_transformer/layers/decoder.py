@@ -34,6 +34,7 @@ class DecoderLayer(_LayerSettings, keras.layers.Layer):
         return_attention_scores: also return (self weights, cross weights).
         training: whether dropout is active.
         grow_cache: `self_cache` grows (`MultiHeadAttention`'s `grow_cache`).
+        fused_weights: the self-attention's `fused_weights()`, made once for a decoding loop.
 
     Returns:
         output (B, T, d_model); then (self_weights, cross_weights) if
@@ -72,7 +73,7 @@ class DecoderLayer(_LayerSettings, keras.layers.Layer):
     def call(
         self, inputs, encoder_output=None, self_attention_mask=None, cross_attention_mask=None,
         self_cache=None, cross_cache=None, cache_index=None, return_attention_scores=False,
-        training=None, grow_cache=False,
+        training=None, grow_cache=False, fused_weights=None,
     ):
         x = inputs
         h = self.self_attention_residual.normalize(x)
@@ -85,7 +86,7 @@ class DecoderLayer(_LayerSettings, keras.layers.Layer):
             h, self_weights, self_cache = self.self_attention(
                 h, attention_mask=self_attention_mask, cache=self_cache,
                 cache_index=cache_index, return_attention_scores=True, training=training,
-                grow_cache=grow_cache,
+                grow_cache=grow_cache, fused_weights=fused_weights,
             )
         x = self.self_attention_residual(x, h, training=training)
 
@@ -156,8 +157,9 @@ class Decoder(TransformerStack):
                 per sentence (the R rows share them; `MultiHeadAttention`'s cache).
 
         Returns:
-            {"self": ((keys, values), ...), "cross": ((keys, values), ...)}, one pair per
-            layer, and "grow": True with `grow`.
+            {"self": ((keys, values), ...), "cross": ((keys, values), ...), "fused":
+            ((kernel, bias), ...)}, one per layer (the last: the self-attention's Q/K/V
+            kernels side by side), and "grow": True with `grow`.
         """
         batch = ops.shape(encoder_output)[0] * rows_per_sentence
         first = self.stack[0]
@@ -173,7 +175,9 @@ class Decoder(TransformerStack):
         cross_cache = tuple(
             layer.compute_cross_key_value(encoder_output) for layer in self.stack
         )
-        cache = {"self": self_cache, "cross": cross_cache}
+        # The self-attention's Q/K/V kernels side by side, made once rather than per step.
+        fused = tuple(layer.self_attention.fused_weights() for layer in self.stack)
+        cache = {"self": self_cache, "cross": cross_cache, "fused": fused}
         return dict(cache, grow=True) if grow else cache  # a Python value: only when True
 
     def call(
@@ -210,6 +214,7 @@ class Decoder(TransformerStack):
                     cross_attention_mask=source_padding_mask, self_cache=cache["self"][i],
                     cross_cache=cache["cross"][i], cache_index=cache_index,
                     return_attention_scores=True, training=training, grow_cache=grow,
+                    fused_weights=cache["fused"][i] if "fused" in cache else None,
                 )
                 new_self_cache.append(layer_cache)
             all_weights.append(weights)
@@ -219,5 +224,5 @@ class Decoder(TransformerStack):
         if return_attention_scores:
             results += (all_weights,)
         if cache is not None:
-            results += ({"self": tuple(new_self_cache), "cross": cache["cross"]},)
+            results += ({**cache, "self": tuple(new_self_cache)},)
         return results[0] if len(results) == 1 else results

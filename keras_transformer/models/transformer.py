@@ -179,7 +179,8 @@ class Transformer(keras.Model):
         """
         output, new_cache = self.decoder(
             self.target_embedding(tokens), None, source_padding_mask=cache["source_mask"],
-            cache={"self": cache["self"], "cross": cache["cross"]}, cache_index=index,
+            cache={name: cache[name] for name in ("self", "cross", "fused") if name in cache},
+            cache_index=index,
             training=False, grow_cache=cache.get("grow", False),
         )
         new_cache["source_mask"] = cache["source_mask"]
