@@ -73,6 +73,14 @@ def test_cached_decoding_reproduces_full_forward_pass(overrides):
     logits, _ = model.decode_step(tgt[:, 4:], cache, 4)
     np.testing.assert_allclose(logits, full[:, 4:], atol=1e-4)
 
+    # A cache that grows (TensorFlow's graphs): one token, then several, then one again.
+    cache = model.init_cache(encoder_output, source_mask, max_length=10, grow=True)
+    assert cache["grow"] and cache["self"][0][0].shape[2] == 0
+    for start, stop in ((0, 1), (1, 4), (4, 5), (5, 6)):
+        logits, cache = model.decode_step(tgt[:, start:stop], cache, start)
+        np.testing.assert_allclose(logits, full[:, start:stop], atol=1e-4)
+    assert cache["self"][0][0].shape[2] == tgt.shape[1]
+
 
 def test_model_saves_and_loads_with_identical_outputs(tmp_path):
     model = tiny(target_vocab_size=40)

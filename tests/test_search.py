@@ -286,3 +286,23 @@ def test_greedy_takes_the_first_of_equally_likely_tokens():
     log_probs = logits - np.log(np.exp(logits).sum())  # EOS is forced at each limit
     np.testing.assert_allclose(scores, [2 * log_probs[3] + log_probs[2],
                                         log_probs[3] + log_probs[2]], rtol=1e-5)
+
+
+def _graph_op_types(function):
+    """Every op type of a traced tf.function, the loop bodies' included."""
+    graph = function.get_concrete_function().graph.as_graph_def()
+    return ({node.op for node in graph.node}
+            | {node.op for body in graph.library.function for node in body.node_def})
+
+
+def test_the_graph_search_grows_its_caches_and_a_static_one_keeps_them(model):
+    spec = [tf.TensorSpec([None, None], tf.int32)]
+    growing = tf.function(lambda s: translate_beam(model, s, 2)["ids"], input_signature=spec)
+    fixed = tf.function(lambda s: translate_beam(model, s, 2, static=True)["ids"],
+                        input_signature=spec)
+    # A fixed cache is written in place at the step's index; a growing one is appended to.
+    assert "XlaDynamicUpdateSlice" not in _graph_op_types(growing)
+    assert "XlaDynamicUpdateSlice" in _graph_op_types(fixed)
+    source = sources()
+    np.testing.assert_array_equal(growing(source).numpy(),
+                                  fixed(source).numpy()[:, :, :growing(source).shape[2]])
