@@ -96,14 +96,17 @@ def compile_search(model, search, trim_outputs, jit_compile=False, extra_inputs=
 
     signature = [tf.TensorSpec([None, None], tf.int32)] + [
         tf.TensorSpec(shape, dtype) for shape, dtype in extra_inputs]
+    # autograph=False: the searches write their loops and branches as ops (keras.ops'
+    # while_loop and cond), so nothing needs AutoGraph's rewriting of Python control flow,
+    # which cost about 2 s of every command's first trace.
     if not jit_compile:
         return tf.function(lambda source_ids, *extra: search(source_ids, False, *extra),
-                           input_signature=signature)
+                           input_signature=signature, autograph=False)
     compiled = tf.function(lambda source_ids, *extra: search(source_ids, True, *extra),
-                           jit_compile=True)
+                           jit_compile=True, autograph=False)
 
     # Shapes that depend on values, such as trimming padding columns, stay outside XLA.
-    @tf.function(input_signature=signature)
+    @tf.function(input_signature=signature, autograph=False)
     def run(source_ids, *extra):
         return trim_outputs(compiled(source_ids, *extra))
 
