@@ -354,6 +354,7 @@ def test_the_multilingual_demo_has_the_compute_of_one_bilingual_demo_per_pair(ca
     assert "fr" in table and "0.40%" in table
 
 
+@pytest.mark.slow  # a CTranslate2 export and four searches per pair
 def test_the_benchmark_compares_the_ctranslate2_export_with_the_keras_engine(multi_run, tmp_path,
                                                                               capsys):
     pytest.importorskip("ctranslate2")

@@ -295,6 +295,7 @@ def _graph_op_types(function):
             | {node.op for body in graph.library.function for node in body.node_def})
 
 
+@pytest.mark.slow  # traces the beam search twice
 def test_the_graph_search_grows_its_caches_and_a_static_one_keeps_them(model):
     spec = [tf.TensorSpec([None, None], tf.int32)]
     growing = tf.function(lambda s: translate_beam(model, s, 2)["ids"], input_signature=spec)
