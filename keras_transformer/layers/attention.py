@@ -216,10 +216,9 @@ class MultiHeadAttention(keras.layers.Layer):
         cache_index: int scalar tensor, where to write into the cache.
         return_attention_scores: also return the attention weights (B, H, T, S).
         training: whether dropout is active.
-        grow_cache: with `cache_index`, the cache holds exactly the positions before it and
-            the keys/values of `query` are appended (a cache that grows with the output, where
-            shapes may follow values: TensorFlow's graphs without XLA); the result holds
-            cache_index + T positions.
+        grow_cache: with `cache_index`, the cache holds the positions before it and those of
+            `query` are appended (TensorFlow's graphs without XLA, where shapes may follow
+            values): cache_index + T positions after.
         fused_weights: self-attention's `fused_weights()`, made once for a decoding loop.
 
     Returns:
@@ -281,10 +280,9 @@ class MultiHeadAttention(keras.layers.Layer):
         return ops.transpose(x, (0, 2, 1, 3))
 
     def fused_weights(self, layers=None):
-        """The kernels (and biases) of several Dense projections side by side, in the compute
-        dtype: (kernel (d_model, sum of units), bias or None). Default: query, key and value
-        (self-attention). A decoding loop makes them once (`Decoder.init_cache`) rather than
-        concatenating the weights again at every step."""
+        """(kernel (d_model, sum of units), bias or None) of several Dense projections side by
+        side in the compute dtype (default: Q, K, V). A decoding loop makes them once
+        (`Decoder.init_cache`), not at every step."""
         layers = layers or (self.query_dense, self.key_dense, self.value_dense)
         dtype = self.compute_dtype
         kernel = ops.concatenate([ops.cast(layer.kernel, dtype) for layer in layers], axis=1)
@@ -293,11 +291,9 @@ class MultiHeadAttention(keras.layers.Layer):
         return kernel, bias
 
     def _fused_projection(self, inputs, layers, weights=None):
-        """inputs (B, T, d_model) through several of the Dense projections at once: one matmul
-        with their kernels side by side (small models spend much of a step on per-op
-        overhead, and one wide matmul runs closer to the machine's peak than three narrow
-        ones). The weights stay separate variables, so checkpoints do not change; `weights`:
-        their `fused_weights`, made already."""
+        """inputs (B, T, d_model) through several Dense projections in one matmul (fewer ops
+        per step, and one wide matmul runs closer to peak than three narrow ones); the weights
+        stay separate variables. `weights`: their `fused_weights`, made already."""
         kernel, bias = weights or self.fused_weights(layers)
         outputs = on_rows.matmul(inputs, kernel)
         if bias is not None:
@@ -349,14 +345,11 @@ class MultiHeadAttention(keras.layers.Layer):
             queries = self._split_heads(queries, self.key_dim)  # (B, H, T, d_k)
             keys = self._split_heads(keys, self.key_dim)  # (B, H, S, d_k)
             values = self._split_heads(values, self.value_dim)  # (B, H, S, d_v)
-            if cache is not None and grow_cache:  # the cache holds positions 0..index-1
-                keys = ops.concatenate([cache[0], ops.cast(keys, cache[0].dtype)], axis=2)
-                values = ops.concatenate([cache[1], ops.cast(values, cache[1].dtype)], axis=2)
-                cache = (keys, values)
-            elif cache is not None:
-                keys = update_cache(cache[0], keys, cache_index)
-                values = update_cache(cache[1], values, cache_index)
-                cache = (keys, values)
+            if cache is not None:  # written at cache_index, or appended to a growing cache
+                keys, values = cache = tuple(
+                    ops.concatenate([old, ops.cast(new, old.dtype)], axis=2) if grow_cache
+                    else update_cache(old, new, cache_index)
+                    for old, new in zip(cache, (keys, values)))
 
         output, weights = self.attention(
             queries, keys, values, attention_mask=attention_mask, training=training,

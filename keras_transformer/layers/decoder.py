@@ -187,17 +187,16 @@ class Decoder(TransformerStack):
     ):
         length = ops.shape(embedded)[1]
         start = 0 if cache is None else cache_index
-        grow = cache is not None and grow_cache
         x = self._embed_positions(embedded, start, training)
 
         if cache is None:
             self_mask = causal_mask(length, length)[None]  # (1, T, T)
             if target_padding_mask is not None:
                 self_mask = ops.logical_and(self_mask, target_padding_mask[:, None, :])
-        elif grow and isinstance(length, int) and length == 1:
+        elif grow_cache and isinstance(length, int) and length == 1:
             self_mask = None  # one new position, which may attend to every one before
         else:
-            cache_length = ops.shape(cache["self"][0][0])[2] + (length if grow else 0)
+            cache_length = ops.shape(cache["self"][0][0])[2] + (length if grow_cache else 0)
             self_mask = causal_mask(length, cache_length, cache_index)[None]  # (1, T, L)
 
         all_weights, new_self_cache = [], []
@@ -213,7 +212,7 @@ class Decoder(TransformerStack):
                     x, encoder_output, self_attention_mask=self_mask,
                     cross_attention_mask=source_padding_mask, self_cache=cache["self"][i],
                     cross_cache=cache["cross"][i], cache_index=cache_index,
-                    return_attention_scores=True, training=training, grow_cache=grow,
+                    return_attention_scores=True, training=training, grow_cache=grow_cache,
                     fused_weights=cache["fused"][i] if "fused" in cache else None,
                 )
                 new_self_cache.append(layer_cache)

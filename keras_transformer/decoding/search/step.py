@@ -79,11 +79,6 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         limits = output_limits(source_ids, extra_length)
     if grow is None:
         grow = max_length is None and dynamic_shapes()
-    return _model_step(model, source_ids, beam_size, max_length, cached, limits, extra_length,
-                       grow)
-
-
-def _model_step(model, source_ids, beam_size, max_length, cached, limits, extra_length, grow):
     if max_length is None:
         max_length = (ops.max(limits, initial=1) if dynamic_shapes()
                       else static_max_length(source_ids, extra_length))
@@ -124,8 +119,8 @@ def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, g
     of them gives them back)."""
     from keras_transformer.models.ensemble import mean_of_probabilities
 
-    steps = [_model_step(member, source_ids, beam_size, max_length, cached, limits, None,
-                         grow)[:2] for member in members]
+    steps = [model_step(member, source_ids, beam_size, max_length, cached, limits, grow=grow)[:2]
+             for member in members]
 
     def step_fn(tokens, state, index):
         outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
