@@ -45,31 +45,50 @@ def random_batches(shape, count, seed=0):
 
 
 def keras_ms_per_step(model, shape, steps, warmup):
-    """Milliseconds per optimizer step of `model.fit` on fixed-shape random batches."""
+    """Milliseconds per optimizer step of `model.fit` on fixed-shape random batches.
+
+    The clock starts in the training loop's own thread, before it dispatches the first timed
+    step and after the last warm-up step has finished, so no timed step can have run before it.
+    It stops at the first sign that the last step has finished: its end-of-batch callback, or
+    `fit` returning. Both come at or after that step's end, so a busy host can only lengthen
+    the figure, never shrink it.
+    """
+    import threading
+
     import keras
 
     class StepClock(keras.callbacks.Callback):
-        # Keras calls an async-safe callback from a thread once the step's logs are ready
+        # Keras calls an async-safe callback from a thread pool once the step's logs are ready
         # (reading the loss waits for the device), without holding the training loop back.
+        # A pool thread may run long after its step ended (on 2 busy cores, all at the end), so
+        # its time only bounds the step's end from above.
         async_safe = True
 
         def __init__(self):
             super().__init__()
-            self.done = {}
+            self.warm = threading.Event()
+            self.start = self.end = None
 
         def on_train_batch_end(self, batch, logs=None):
             float(logs["loss"])  # already a Python float where Keras converted it
-            self.done[batch] = time.perf_counter()
+            if batch == warmup - 1:
+                self.warm.set()
+            elif batch == warmup + steps - 1:
+                self.end = time.perf_counter()
+
+        def on_train_batch_begin(self, batch, logs=None):
+            # Always called in the loop's thread, before the step is dispatched.
+            if batch == warmup:
+                self.warm.wait()
+                self.start = time.perf_counter()
 
     source, target_in, target_out = random_batches(shape, warmup + steps)
     clock = StepClock()
     model.fit((source, target_in), target_out, batch_size=shape.batch, epochs=1, shuffle=False,
               verbose=0, callbacks=[clock])
-    last = warmup + steps - 1
-    # Callbacks run on a thread pool, so a busy host may record an earlier step after a later
-    # one; a step has ended by the time any later step's callback runs, hence the minimum.
-    start = min(clock.done[batch] for batch in range(warmup - 1, last + 1))
-    return (clock.done[last] - start) / steps * 1e3
+    returned = time.perf_counter()  # fit has read the last step's logs (the epoch's end)
+    end = returned if clock.end is None else min(clock.end, returned)
+    return (end - clock.start) / steps * 1e3
 
 
 def compile_keras(model):
