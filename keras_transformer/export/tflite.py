@@ -52,7 +52,10 @@ class TFLiteTranslator(tf.Module):
         if self.beam_size == 1:
             result = translate_greedy(model, ids, empty_rows=empty)
         else:
-            result = translate_beam(model, ids, self.beam_size, self.alpha, empty_rows=empty)
+            # One sentence: no other to drop from the loop (and TFLite's builtin ops lack the
+            # compact search's index lists).
+            result = translate_beam(model, ids, self.beam_size, self.alpha, empty_rows=empty,
+                                    compact=False)
         nbest, nbest_scores = result["ids"], result["scores"]
         return {"ids": trim(nbest[:, 0, :]), "score": nbest_scores[:, 0], "nbest_ids": nbest,
                 "nbest_scores": nbest_scores}

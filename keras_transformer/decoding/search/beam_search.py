@@ -30,7 +30,7 @@ import keras
 import numpy as np
 from keras import ops, tree
 
-from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.compiling import compile_search, dynamic_shapes
 from keras_transformer.decoding.search.constraints import (
     INCOMPLETE, PhraseConstraints, first_occurrences)
 from keras_transformer.decoding.search.rules import (
@@ -59,7 +59,7 @@ def gather_beams(tensor, indices):
 
 
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
-                max_length=None, min_length=None, prefix=None, constraints=None):
+                max_length=None, min_length=None, prefix=None, constraints=None, compact=False):
     """Batched beam search over a step function.
 
     Args:
@@ -84,6 +84,13 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             allocation across banks. A hypothesis forced to end at its limit without them
             ranks behind every one that met them. `limits` must leave room for them
             (`constraints.constraint_limits`). None: the search without constraints.
+        compact: drop each sentence from the loop once it is done, so that a step computes
+            only the sentences still searching (where shapes may follow values: TensorFlow's
+            graphs; no prefix, no constraints). `state` is then a pair (rows, sentences):
+            `rows` as above, `sentences` a nest of (B, ...) tensors the step reads once per
+            sentence (the cross-attention's keys and values), which the loop shrinks with
+            the sentences. A done sentence's finished pool is written to the output as it
+            leaves: the same outputs as without.
 
     Returns:
         dict with
@@ -117,6 +124,10 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
     if phrases is not None:
         initial["met"], initial["progress"] = phrases.initial(k)  # (B, K, C) each
         initial["finished_keys"] = initial["finished_scores"]  # the pool's order
+    if compact:
+        if prefix is not None or constraints is not None:
+            raise ValueError("a compact beam search takes no prefix and no constraints.")
+        initial = _compact_initial(initial, limits, best_penalty, k)
 
     def body(s):
         # The name scopes group the step's ops in profiles (benchmarks/decode.py --profile).
@@ -130,12 +141,13 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 
     def expand(s, index, logits):
         """The 2K best (beam, token) continuations per sentence (more with constraints)."""
+        rows, row_limits, _ = searching(s)
         log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
         vocab = ops.shape(log_probs)[-1]
-        log_probs = ops.reshape(log_probs, (batch, k, vocab))
+        log_probs = ops.reshape(log_probs, (rows, k, vocab))
         # Special tokens never; at the last allowed position only EOS. One select over the
         # (B, K, V) log-probabilities (each pass over them costs as much as a matmul here).
-        at_limit = (index + 1 >= limits)[:, None, None]
+        at_limit = (index + 1 >= row_limits)[:, None, None]
         is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
         banned = ops.logical_or(special_tokens_banned(vocab, index, min_length)[None, None, :],
                                 ops.logical_and(at_limit, ops.logical_not(is_eos_column)))
@@ -150,7 +162,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 
         # Expand: 2K best (beam, token) continuations per sentence.
         scores = s["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
-        top_scores, top_ids = ops.top_k(ops.reshape(scores, (batch, k * vocab)), k=2 * k)
+        top_scores, top_ids = ops.top_k(ops.reshape(scores, (rows, k * vocab)), k=2 * k)
         parents, tokens = top_ids // vocab, top_ids % vocab  # (B, 2K)
         if phrases is not None:  # each beam's best and those that advance its phrases
             more = phrases.candidates(s["met"], s["progress"], scores)
@@ -195,10 +207,9 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             alive_log_probs = ops.where(gather_beams(growing, keep),
                                         gather_beams(top_scores, keep), NEG_INF)
         alive_seq = gather_beams(candidates, keep)
-        rows = ops.reshape(gather_beams(parents, keep) + ops.arange(batch)[:, None] * k, (-1,))
-        with keras.name_scope("reorder_caches"):
-            state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), state)
-        next_tokens = ops.reshape(gather_beams(tokens, keep), (-1,))
+        rows, row_limits, row_penalty = searching(s)
+        parent_rows = gather_beams(parents, keep) + ops.arange(rows)[:, None] * k  # (B, K)
+        next_tokens = gather_beams(tokens, keep)
 
         # Early termination: nothing alive can still beat the lowest finished score.
         pool_keys = finished_scores if phrases is None else finished_keys
@@ -206,32 +217,98 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         lowest_finished = ops.min(ops.where(filled, pool_keys, -NEG_INF), axis=1)
         lowest_finished = ops.where(filled[:, 0], lowest_finished, NEG_INF)
         if phrases is None:
-            best_alive = alive_log_probs[:, 0] / best_penalty
+            best_alive = alive_log_probs[:, 0] / row_penalty
         else:  # the allocation does not sort the alive beams by score
-            best_alive = ops.max(alive_log_probs, axis=1) / best_penalty
+            best_alive = ops.max(alive_log_probs, axis=1) / row_penalty
         done = ops.logical_or(ops.logical_or(s["done"], lowest_finished >= best_alive),
-                              index + 1 >= limits)
-        new = dict(index=index + 1, tokens=next_tokens, state=state, alive_seq=alive_seq,
-                   alive_log_probs=alive_log_probs, finished_seq=finished_seq,
-                   finished_scores=finished_scores, finished_log_probs=finished_log_probs,
-                   done=done)
+                              index + 1 >= row_limits)
+        new = dict(index=index + 1, alive_seq=alive_seq, alive_log_probs=alive_log_probs,
+                   finished_seq=finished_seq, finished_scores=finished_scores,
+                   finished_log_probs=finished_log_probs, done=done)
+        if compact:  # the done sentences leave: their pools to the output, their rows dropped
+            return _leave(s, new, state, parent_rows, next_tokens)
+        with keras.name_scope("reorder_caches"):
+            parent_rows = ops.reshape(parent_rows, (-1,))
+            new["state"] = tree.map_structure(lambda t: ops.take(t, parent_rows, axis=0), state)
+        new["tokens"] = ops.reshape(next_tokens, (-1,))
         if phrases is not None:
             new.update(met=gather_beams(met, keep), progress=gather_beams(progress, keep),
                        finished_keys=finished_keys)
         return new
 
+    def searching(s):
+        """(rows, limits, best penalties) of the sentences the loop still searches."""
+        if compact:
+            return ops.shape(s["alive_log_probs"])[0], s["limits"], s["penalty"]
+        return batch, limits, best_penalty
+
     def cond(s):
         return ops.logical_and(s["index"] < steps, ops.logical_not(ops.all(s["done"])))
 
     final = ops.while_loop(cond, body, initial)
+    if compact:  # each sentence's pool was written out as it left
+        final = {name: final["out_" + name] for name in _POOL}
     return {"ids": final["finished_seq"], "scores": final["finished_scores"],
             "log_probs": final["finished_log_probs"]}
+
+
+# A compact search's state per sentence still searching (the model's state aside), and the
+# finished pool every sentence leaves behind.
+_POOL = ("finished_seq", "finished_scores", "finished_log_probs")
+_PER_SENTENCE = _POOL + ("alive_seq", "alive_log_probs", "done", "live", "limits", "penalty")
+
+
+def _compact_initial(initial, limits, penalty, k):
+    """The initial state of a compact search: the sentences' numbers ("live"), limits and
+    best penalties in the state, and an output buffer per finished pool ("out_...")."""
+    initial = dict(initial, live=ops.arange(ops.shape(limits)[0], dtype="int32"),
+                   limits=limits, penalty=penalty,
+                   **{"out_" + name: initial[name] for name in _POOL})
+    if isinstance(ops.shape(limits)[0], int):
+        # A loop variable whose size is static may not change size: take every per-sentence
+        # tensor through a gather of no static size (a graph traced for one batch size).
+        live = ops.nonzero(ops.greater_equal(limits, 0))[0]
+        rows = ops.reshape(live[:, None] * k + ops.arange(k)[None, :], (-1,))
+        for name in _PER_SENTENCE:
+            initial[name] = ops.take(initial[name], live, axis=0)
+        (row_state, sentences), tokens = initial["state"], initial["tokens"]
+        initial["state"] = (tree.map_structure(lambda t: ops.take(t, rows, axis=0), row_state),
+                            tree.map_structure(lambda t: ops.take(t, live, axis=0), sentences))
+        initial["tokens"] = ops.take(tokens, rows, axis=0)
+    return initial
+
+
+def _leave(s, new, state, parent_rows, next_tokens):
+    """A compact search's next state: the sentences done at this step leave it (their pools
+    written to the output buffers), the others stay, their beams' rows reordered."""
+    row_state, sentences = state
+    done = new["done"]
+    new.update({name: s[name] for name in ("live", "limits", "penalty")},
+               **{"out_" + name: s["out_" + name] for name in _POOL})
+    stay = ops.nonzero(ops.logical_not(done))[0]
+    with keras.name_scope("reorder_caches"):  # only the staying sentences' beams
+        rows = ops.reshape(ops.take(parent_rows, stay, axis=0), (-1,))
+        row_state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), row_state)
+    tokens = ops.reshape(ops.take(next_tokens, stay, axis=0), (-1,))
+
+    def drop():
+        gone = ops.nonzero(done)[0]
+        where = ops.expand_dims(ops.take(new["live"], gone), 1)
+        kept = {name: ops.take(new[name], stay, axis=0) for name in _PER_SENTENCE}
+        kept.update({"out_" + name: ops.scatter_update(
+            new["out_" + name], where, ops.take(new[name], gone, axis=0)) for name in _POOL})
+        return kept, tree.map_structure(lambda t: ops.take(t, stay, axis=0), sentences)
+
+    keys = _PER_SENTENCE + tuple("out_" + name for name in _POOL)
+    kept, sentences = ops.cond(ops.any(done), drop,
+                               lambda: ({name: new[name] for name in keys}, sentences))
+    return dict(new, **kept, state=(row_state, sentences), tokens=tokens)
 
 
 def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                    *, prefix=None, num_hypotheses=None, empty_rows=None, static=False,
                    optional_prefix=False, cached=True, extra_length=EXTRA_LENGTH,
-                   max_output_length=None, min_length=None, constraints=None):
+                   max_output_length=None, min_length=None, constraints=None, compact=None):
     """Beam search of `model`: the one body of this mode (see `search`'s module docstring).
 
     Args:
@@ -253,6 +330,9 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
         constraints: (B, C, L) int32 phrases every output of sentence b must contain
             (0-padded; a row of zeros is no phrase; see `beam_search`); each sentence's
             output limit grows by its phrases' length. Needs a beam of 2 or more.
+        compact: drop each sentence from the loop once it is done (`beam_search`); default:
+            where it can, a cached search without prefix or constraints where shapes may
+            follow values (TensorFlow's graphs without XLA).
 
     Returns:
         the `beam_search` dict ("ids" (B, H, T) best first, "scores", "log_probs" (B, H)),
@@ -262,12 +342,14 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
         raise InputError("constraints need beam search: use a beam of 2 or more.")
 
     def search(prefix):
+        drop_done = (not static and dynamic_shapes() and cached and prefix is None
+                     and constraints is None) if compact is None else compact
         step_fn, state, limits, max_length = prefixed_step(
             model, source_ids, beam_size, static, prefix, cached=cached,
             extra_length=extra_length, max_output_length=max_output_length,
-            constraints=constraints)
+            constraints=constraints, compact=drop_done)
         return beam_search(step_fn, state, limits, beam_size, alpha, max_length, min_length,
-                           prefix=prefix, constraints=constraints)
+                           prefix=prefix, constraints=constraints, compact=drop_done)
 
     result = (with_optional_prefix(search, prefix, static) if optional_prefix
               else search(prefix))

@@ -28,6 +28,8 @@ from keras_transformer.decoding.request import DEFAULTS
 from pipelines.special_ids import PAD_ID
 
 EXTRA_LENGTH = DEFAULTS["extra_length"]  # paper: maximum output length = input length + 50
+# What a compact search's step reads once per sentence, and drops with the sentence.
+PER_SENTENCE = ("cross", "source_mask")
 
 
 def output_limits(source_ids, extra_length=EXTRA_LENGTH):
@@ -52,7 +54,7 @@ def tile_beams(tensor, beam_size):
 
 
 def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None,
-               extra_length=EXTRA_LENGTH, grow=None):
+               extra_length=EXTRA_LENGTH, grow=None, compact=False):
     """Step function, initial state and limits for searching `model` on `source_ids`.
 
     Args:
@@ -71,6 +73,10 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         grow: self-attention caches that grow by a position per step (`Transformer.init_cache`)
             rather than hold max_length; default: where shapes may follow values (TensorFlow)
             and max_length is not given.
+        compact: the state is a pair (rows, sentences) for a search that drops done sentences
+            (`beam_search(compact=True)`): `rows` the self-attention caches (B x beam_size
+            rows), `sentences` what the step reads once per sentence (the cross-attention's
+            keys and values, the source mask; B rows), both passed to the step. Needs `cached`.
 
     Returns:
         (step_fn, state, limits (B,), max_length).
@@ -84,12 +90,25 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
                       else static_max_length(source_ids, extra_length))
     members = getattr(model, "members", None)  # an `Ensemble`
     if members is not None:
-        return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow)
+        return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow,
+                              compact)
     encoder_output, source_mask = model.encode(source_ids)
     if cached:  # the beams of a sentence share its cross-attention keys and values
         # A growing cache starts empty with a length of no static value (a reduction's).
         length = ops.max(limits, initial=1) if grow else max_length
         cache = model.init_cache(encoder_output, source_mask, length, beam_size, grow)
+        if compact:
+            per_sentence = {name: cache[name] for name in PER_SENTENCE}
+            fixed = {name: value for name, value in cache.items()
+                     if name != "self" and name not in PER_SENTENCE}
+
+            def compact_step(tokens, state, index):
+                rows, sentences = state
+                logits, cache = model.decode_step(tokens, dict(fixed, self=rows, **sentences),
+                                                  index)
+                return logits, (cache["self"], sentences)
+
+            return compact_step, (cache["self"], per_sentence), limits, max_length
         cache_of_step = {name: value for name, value in cache.items() if name != "self"}
 
         def step_fn(tokens, state, index):
@@ -99,6 +118,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
 
         return step_fn, cache["self"], limits, max_length
 
+    if compact:
+        raise ValueError("a compact search needs the cache (cached=True).")
     encoder_output = tile_beams(encoder_output, beam_size)
     source_mask = tile_beams(source_mask, beam_size)
     rows = ops.shape(encoder_output)[0]
@@ -113,31 +134,41 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     return uncached_step, prefix, limits, max_length
 
 
-def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow):
-    """`model_step` for an `Ensemble`: the state is the tuple of the members' states; the
-    step returns the log of the members' mean next-token probabilities (as logits: a log-softmax
-    of them gives them back)."""
+def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow, compact):
+    """`model_step` for an `Ensemble`: the state is the tuple of the members' states (compact:
+    the pair of the tuples of their rows and of their sentences' state); the step returns the
+    log of the members' mean next-token probabilities (as logits: a log-softmax of them gives
+    them back)."""
     from keras_transformer.models.ensemble import mean_of_probabilities
 
-    steps = [model_step(member, source_ids, beam_size, max_length, cached, limits, grow=grow)[:2]
-             for member in members]
+    steps = [model_step(member, source_ids, beam_size, max_length, cached, limits, grow=grow,
+                        compact=compact)[:2] for member in members]
 
     def step_fn(tokens, state, index):
         outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
         return (mean_of_probabilities([logits for logits, _ in outputs]),
                 tuple(member_state for _, member_state in outputs))
 
-    return step_fn, tuple(initial for _, initial in steps), limits, max_length
+    state = tuple(initial for _, initial in steps)
+    if not compact:
+        return step_fn, state, limits, max_length
+
+    def compact_step(tokens, pair, index):  # (rows per member, sentences per member)
+        logits, states = step_fn(tokens, tuple(zip(*pair)), index)
+        return logits, tuple(zip(*states))
+
+    return compact_step, tuple(zip(*state)), limits, max_length
 
 
 def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cached=True,
-                  extra_length=EXTRA_LENGTH, max_output_length=None, constraints=None):
+                  extra_length=EXTRA_LENGTH, max_output_length=None, constraints=None,
+                  compact=False):
     """`model_step` for a search of `rows_per_sentence` rows per sentence (beams or samples)
     whose outputs may start with a prefix ((B, P) ids) and must contain constraint phrases
     ((B, C, L) ids, beam search): the limits leave room for the prefix and EOS after it,
     and for the phrases (their total length more), and with `static` (or a Python int
     `max_output_length`: every output's limit) the buffers hold a static bound, P (and
-    C x L) more positions with a prefix (constraints)."""
+    C x L) more positions with a prefix (constraints). `compact`: as for `model_step`."""
     if max_output_length is None:
         limits = output_limits(source_ids, extra_length)
         bound = static_max_length(source_ids, extra_length) if static else None
@@ -151,4 +182,4 @@ def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cac
         bound += ops.shape(constraints)[1] * ops.shape(constraints)[2]
     return model_step(model, source_ids, rows_per_sentence, bound, cached=cached,
                       limits=limits, extra_length=extra_length,
-                      grow=not static and dynamic_shapes())
+                      grow=not static and dynamic_shapes(), compact=compact)

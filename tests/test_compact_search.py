@@ -1,0 +1,74 @@
+"""The compact beam search (`beam_search(compact=True)`, TensorFlow's graphs): a sentence leaves
+the loop once it is done, and the outputs are those of the search that keeps every row."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from keras_transformer.decoding.search.beam_search import beam_search, translate_beam
+from pipelines.special_ids import EOS_ID
+from tests.search_helpers import source_rows, tiny_model
+
+VOCAB = 40
+BEAM = 2
+
+
+def ending_step(rows_seen):
+    """A step whose sentence b ends (EOS near-certain) from step ends[b] on, earlier "a" (3)
+    near-certain; ends[b] is read from the per-sentence state, as cross-attention is. Records
+    the rows each step computes."""
+    def step(tokens, state, index):
+        rows, sentences = state
+        rows_seen.append(int(tf.shape(tokens)[0]))
+        ends = tf.repeat(sentences["ends"], BEAM)  # (rows,), beams of a sentence side by side
+        eos = tf.one_hot(EOS_ID, 5) * 0.98 + 0.004
+        word = tf.one_hot(3, 5) * 0.98 + 0.004
+        probs = tf.where((index >= ends)[:, None], eos[None], word[None])
+        return tf.math.log(probs)[:, None, :], (rows + 1, sentences)
+
+    return step
+
+
+def test_done_sentences_leave_the_loop_and_the_outputs_stay():
+    ends = tf.constant([1, 6, 3, 9], tf.int32)
+    limits = tf.constant([20, 20, 20, 20], tf.int32)
+    rows_seen = []
+    compact = beam_search(ending_step(rows_seen), (tf.zeros([4 * BEAM]), {"ends": ends}),
+                          limits, beam_size=BEAM, alpha=0.6, compact=True)
+
+    def full_step(tokens, state, index):  # every row, every step
+        logits, (rows, _) = ending_step([])(tokens, (state, {"ends": ends}), index)
+        return logits, rows
+
+    full = beam_search(full_step, tf.zeros([4 * BEAM]), limits, beam_size=BEAM, alpha=0.6)
+    for key in ("ids", "scores", "log_probs"):
+        np.testing.assert_array_equal(compact[key].numpy(), full[key].numpy(), err_msg=key)
+    lengths = [list(row).index(EOS_ID) + 1 for row in compact["ids"][:, 0].numpy()]
+    assert lengths == [2, 7, 4, 10]  # each sentence's own ending, in its own row
+    # Rows computed per step: all 4 sentences, then fewer as each is done.
+    assert rows_seen[0] == 4 * BEAM and rows_seen[-1] == BEAM
+    assert rows_seen == sorted(rows_seen, reverse=True) and len(set(rows_seen)) == 4
+
+
+@pytest.mark.slow  # traces the model's beam search three times
+def test_the_compact_model_search_finds_what_the_full_one_finds():
+    model = tiny_model(VOCAB)
+    source = source_rows(VOCAB, seed=3, rows=5, width=9)
+
+    def search(compact):
+        return lambda s: translate_beam(model, s, 4, 0.6, compact=compact)
+
+    spec = [tf.TensorSpec([None, None], tf.int32)]
+    full = tf.function(search(False), input_signature=spec)(source)
+    found = {
+        "graph": tf.function(search(True), input_signature=spec)(source),
+        # A graph traced for one batch size: its loop variables start with a static size.
+        "static batch": tf.function(search(True))(tf.constant(source)),
+        "eager": search(True)(tf.constant(source)),
+    }
+    # The same ids; the same scores up to float32 rounding (products of fewer rows, or eager
+    # kernels, may round differently).
+    for name, result in found.items():
+        np.testing.assert_array_equal(result["ids"].numpy(), full["ids"].numpy(), err_msg=name)
+        np.testing.assert_allclose(result["scores"].numpy(), full["scores"].numpy(), rtol=1e-6,
+                                   err_msg=name)
