@@ -28,7 +28,7 @@ HEAVY_FILES = {
     "tests/runs/test_old_runs.py": 49, "tests/test_preemption.py": 45,
     "tests/test_early_stopping.py": 44, "tests/test_search.py": 43, "tests/test_loading.py": 43,
     "tests/test_tensorboard.py": 42, "tests/test_constraints.py": 34,
-    "tests/runs/test_parent.py": 33, "tests/test_multilingual.py": 45,
+    "tests/runs/test_parent.py": 33, "tests/test_multilingual.py": 65,
     "tests/test_main_job.py": 31, "tests/test_gpu_benchmark.py": 30,
     "tests/test_bf16_training.py": 30, "tests/test_parsing.py": 29,
 }
