@@ -1,11 +1,13 @@
-"""The compact beam search (`beam_search(compact=True)`, TensorFlow's graphs): a sentence leaves
-the loop once it is done, and the outputs are those of the search that keeps every row."""
+"""The compact searches (`beam_search(compact=True)`, `greedy_search(compact=True)`,
+TensorFlow's graphs): a sentence leaves the loop once it is done, and the outputs are those of
+the search that keeps every row."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from keras_transformer.decoding.search.beam_search import beam_search, translate_beam
+from keras_transformer.decoding.search.greedy import greedy_search, translate_greedy
 from pipelines.special_ids import EOS_ID
 from tests.search_helpers import source_rows, tiny_model
 
@@ -13,14 +15,14 @@ VOCAB = 40
 BEAM = 2
 
 
-def ending_step(rows_seen):
+def ending_step(rows_seen, beam=BEAM):
     """A step whose sentence b ends (EOS near-certain) from step ends[b] on, earlier "a" (3)
     near-certain; ends[b] is read from the per-sentence state, as cross-attention is. Records
     the rows each step computes."""
     def step(tokens, state, index):
         rows, sentences = state
         rows_seen.append(int(tf.shape(tokens)[0]))
-        ends = tf.repeat(sentences["ends"], BEAM)  # (rows,), beams of a sentence side by side
+        ends = tf.repeat(sentences["ends"], beam)  # (rows,), beams of a sentence side by side
         eos = tf.one_hot(EOS_ID, 5) * 0.98 + 0.004
         word = tf.one_hot(3, 5) * 0.98 + 0.004
         probs = tf.where((index >= ends)[:, None], eos[None], word[None])
@@ -50,25 +52,48 @@ def test_done_sentences_leave_the_loop_and_the_outputs_stay():
     assert rows_seen == sorted(rows_seen, reverse=True) and len(set(rows_seen)) == 4
 
 
-@pytest.mark.slow  # traces the model's beam search three times
-def test_the_compact_model_search_finds_what_the_full_one_finds():
+def test_greedy_rows_leave_the_loop_as_they_end():
+    ends = tf.constant([4, 1, 7], tf.int32)
+    limits = tf.constant([20, 20, 20], tf.int32)
+    rows_seen = []
+    ids, scores = greedy_search(ending_step(rows_seen, 1), (tf.zeros([3]), {"ends": ends}),
+                                limits, compact=True)
+
+    def full_step(tokens, state, index):
+        logits, (rows, _) = ending_step([], 1)(tokens, (state, {"ends": ends}), index)
+        return logits, rows
+
+    full_ids, full_scores = greedy_search(full_step, tf.zeros([3]), limits)
+    np.testing.assert_array_equal(ids.numpy(), full_ids.numpy())
+    np.testing.assert_array_equal(scores.numpy(), full_scores.numpy())
+    assert [list(row).index(EOS_ID) + 1 for row in ids.numpy()] == [5, 2, 8]
+    assert rows_seen == [3, 3, 2, 2, 2, 1, 1, 1]  # the second ends at step 1, the first at 4
+
+
+@pytest.mark.slow  # traces the model's beam and greedy searches four times each
+def test_the_compact_model_searches_find_what_the_full_ones_find():
     model = tiny_model(VOCAB)
     source = source_rows(VOCAB, seed=3, rows=5, width=9)
 
     def search(compact):
         return lambda s: translate_beam(model, s, 4, 0.6, compact=compact)
 
+    def greedy(compact):
+        return lambda s: translate_greedy(model, s, compact=compact)
+
     spec = [tf.TensorSpec([None, None], tf.int32)]
-    full = tf.function(search(False), input_signature=spec)(source)
-    found = {
-        "graph": tf.function(search(True), input_signature=spec)(source),
-        # A graph traced for one batch size: its loop variables start with a static size.
-        "static batch": tf.function(search(True))(tf.constant(source)),
-        "eager": search(True)(tf.constant(source)),
-    }
-    # The same ids; the same scores up to float32 rounding (products of fewer rows, or eager
-    # kernels, may round differently).
-    for name, result in found.items():
-        np.testing.assert_array_equal(result["ids"].numpy(), full["ids"].numpy(), err_msg=name)
-        np.testing.assert_allclose(result["scores"].numpy(), full["scores"].numpy(), rtol=1e-6,
-                                   err_msg=name)
+    for mode in (search, greedy):
+        full = tf.function(mode(False), input_signature=spec)(source)
+        found = {
+            "graph": tf.function(mode(True), input_signature=spec)(source),
+            # A graph traced for one batch size: its loop variables start with a static size.
+            "static batch": tf.function(mode(True))(tf.constant(source)),
+            "eager": mode(True)(tf.constant(source)),
+        }
+        # The same ids; the same scores up to float32 rounding (products of fewer rows, or
+        # eager kernels, may round differently).
+        for name, result in found.items():
+            np.testing.assert_array_equal(result["ids"].numpy(), full["ids"].numpy(),
+                                          err_msg=name)
+            np.testing.assert_allclose(result["scores"].numpy(), full["scores"].numpy(),
+                                       rtol=1e-6, err_msg=name)

@@ -49,11 +49,11 @@ class TFLiteTranslator(tf.Module):
     def translate(self, source_ids):
         model = self._parts.model
         ids, empty = prepare_ids(source_ids, self.max_input_length)
+        # One sentence: no other to drop from the loop (and TFLite's builtin ops lack the
+        # compact searches' index lists).
         if self.beam_size == 1:
-            result = translate_greedy(model, ids, empty_rows=empty)
+            result = translate_greedy(model, ids, empty_rows=empty, compact=False)
         else:
-            # One sentence: no other to drop from the loop (and TFLite's builtin ops lack the
-            # compact search's index lists).
             result = translate_beam(model, ids, self.beam_size, self.alpha, empty_rows=empty,
                                     compact=False)
         nbest, nbest_scores = result["ids"], result["scores"]

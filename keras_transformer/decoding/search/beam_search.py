@@ -30,6 +30,7 @@ import keras
 import numpy as np
 from keras import ops, tree
 
+from keras_transformer.decoding.search.compact import compact_start, shrink, take
 from keras_transformer.decoding.search.compiling import compile_search, dynamic_shapes
 from keras_transformer.decoding.search.constraints import (
     INCOMPLETE, PhraseConstraints, first_occurrences)
@@ -253,7 +254,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 
 
 # A compact search's state per sentence still searching (the model's state aside), and the
-# finished pool every sentence leaves behind.
+# finished pool every sentence leaves behind (`search.compact`).
 _POOL = ("finished_seq", "finished_scores", "finished_log_probs")
 _PER_SENTENCE = _POOL + ("alive_seq", "alive_log_probs", "done", "live", "limits", "penalty")
 
@@ -264,18 +265,10 @@ def _compact_initial(initial, limits, penalty, k):
     initial = dict(initial, live=ops.arange(ops.shape(limits)[0], dtype="int32"),
                    limits=limits, penalty=penalty,
                    **{"out_" + name: initial[name] for name in _POOL})
-    if isinstance(ops.shape(limits)[0], int):
-        # A loop variable whose size is static may not change size: take every per-sentence
-        # tensor through a gather of no static size (a graph traced for one batch size).
-        live = ops.nonzero(ops.greater_equal(limits, 0))[0]
-        rows = ops.reshape(live[:, None] * k + ops.arange(k)[None, :], (-1,))
-        for name in _PER_SENTENCE:
-            initial[name] = ops.take(initial[name], live, axis=0)
-        (row_state, sentences), tokens = initial["state"], initial["tokens"]
-        initial["state"] = (tree.map_structure(lambda t: ops.take(t, rows, axis=0), row_state),
-                            tree.map_structure(lambda t: ops.take(t, live, axis=0), sentences))
-        initial["tokens"] = ops.take(tokens, rows, axis=0)
-    return initial
+    (row_state, sentences), tokens = initial["state"], initial["tokens"]
+    per_sentence, ((row_state, tokens), sentences) = compact_start(
+        {name: initial[name] for name in _PER_SENTENCE}, ((row_state, tokens), sentences), k)
+    return dict(initial, **per_sentence, state=(row_state, sentences), tokens=tokens)
 
 
 def _leave(s, new, state, parent_rows, next_tokens):
@@ -283,26 +276,17 @@ def _leave(s, new, state, parent_rows, next_tokens):
     written to the output buffers), the others stay, their beams' rows reordered."""
     row_state, sentences = state
     done = new["done"]
-    new.update({name: s[name] for name in ("live", "limits", "penalty")},
-               **{"out_" + name: s["out_" + name] for name in _POOL})
+    new.update({name: s[name] for name in ("live", "limits", "penalty")})
     stay = ops.nonzero(ops.logical_not(done))[0]
     with keras.name_scope("reorder_caches"):  # only the staying sentences' beams
         rows = ops.reshape(ops.take(parent_rows, stay, axis=0), (-1,))
-        row_state = tree.map_structure(lambda t: ops.take(t, rows, axis=0), row_state)
+        row_state = take(row_state, rows)
     tokens = ops.reshape(ops.take(next_tokens, stay, axis=0), (-1,))
-
-    def drop():
-        gone = ops.nonzero(done)[0]
-        where = ops.expand_dims(ops.take(new["live"], gone), 1)
-        kept = {name: ops.take(new[name], stay, axis=0) for name in _PER_SENTENCE}
-        kept.update({"out_" + name: ops.scatter_update(
-            new["out_" + name], where, ops.take(new[name], gone, axis=0)) for name in _POOL})
-        return kept, tree.map_structure(lambda t: ops.take(t, stay, axis=0), sentences)
-
-    keys = _PER_SENTENCE + tuple("out_" + name for name in _POOL)
-    kept, sentences = ops.cond(ops.any(done), drop,
-                               lambda: ({name: new[name] for name in keys}, sentences))
-    return dict(new, **kept, state=(row_state, sentences), tokens=tokens)
+    (kept, sentences), buffers = shrink(
+        done, ({name: new[name] for name in _PER_SENTENCE}, sentences), new["live"],
+        tuple((s["out_" + name], new[name]) for name in _POOL))
+    return dict(new, **kept, **{"out_" + name: buffer for name, buffer in zip(_POOL, buffers)},
+                state=(row_state, sentences), tokens=tokens)
 
 
 def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],

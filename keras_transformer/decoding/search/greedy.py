@@ -24,7 +24,8 @@ The searches are written once in `keras.ops` and run on every backend:
 import keras
 from keras import ops
 
-from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.compact import compact_start, shrink
+from keras_transformer.decoding.search.compiling import compile_search, dynamic_shapes
 from keras_transformer.decoding.search.rules import finish, mask_special_tokens, prefix_forcing, trim
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step, tile_beams
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -45,7 +46,7 @@ def argmax(x):
 
 
 def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False,
-                  prefix=None, pick=None):
+                  prefix=None, pick=None, compact=False):
     """Picks the next token of every row by a rule, one step at a time: the most likely one
     (greedy search) unless `pick` says otherwise (`decoding.search.sampling.RandomSampler` draws it).
 
@@ -62,6 +63,11 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
             leave room for them (`prefix_limits`).
         pick: (log_probs (N, V) float32, index) -> (N,) int32, the token chosen where no
             prefix forces one (default: argmax).
+        compact: drop each row from the loop once it has ended (TensorFlow's graphs: shapes
+            that follow values; no prefix, not with keep_width): `state` is then a pair
+            (rows, sentences) of nests with N rows each (`step.model_step(compact=True)`, one
+            row per sentence), both shrunk with the rows; a row's output is written out as it
+            leaves. The same outputs as without (`beam_search`'s `compact`, for one row).
 
     Returns:
         (ids (N, T) int32 ending with EOS and padded with 0, log-probability (N,) float32).
@@ -100,8 +106,43 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
         ops.zeros((batch,), "float32"),
         ops.zeros((batch, max_steps), "int32"),
     )
+    if compact:
+        if prefix is not None or keep_width:
+            raise ValueError("a compact greedy search takes no prefix and keeps no width.")
+        return _compact_greedy(step_fn, initial, limits, min_length, pick)
     index, _, _, _, scores, outputs = ops.while_loop(cond, body, initial)
     return (outputs if keep_width else outputs[:, :index]), scores
+
+
+def _compact_greedy(step_fn, initial, limits, min_length, pick):
+    """`greedy_search(compact=True)`: the loop holds the rows still running (their numbers in
+    "live", their limits), an ended row's ids and score go to full-size outputs as it leaves."""
+    index, tokens, state, _, scores, outputs = initial
+    live = dict(live=ops.arange(ops.shape(limits)[0], dtype="int32"), limits=limits,
+                tokens=tokens, scores=scores, outputs=outputs)
+    live, state = compact_start(live, state, 1)
+
+    def body(index, live, state, out_scores, out_ids):
+        logits, (rows, sentences) = step_fn(ops.expand_dims(live["tokens"], 1), state, index)
+        log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
+        log_probs = mask_special_tokens(log_probs, index, min_length)
+        next_tokens = ops.where(index + 1 >= live["limits"], EOS_ID, pick(log_probs, index))
+        chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
+        live = dict(live, tokens=next_tokens, scores=live["scores"] + chosen,
+                    outputs=ops.where(ops.equal(ops.arange(ops.shape(out_ids)[1]), index)[None],
+                                      next_tokens[:, None], live["outputs"]))
+        ended = ops.equal(next_tokens, EOS_ID)
+        (live, rows, sentences), (out_scores, out_ids) = shrink(
+            ended, (live, rows, sentences), live["live"],
+            ((out_scores, live["scores"]), (out_ids, live["outputs"])))
+        return index + 1, live, (rows, sentences), out_scores, out_ids
+
+    def cond(index, live, state, out_scores, out_ids):
+        return ops.logical_and(index < ops.shape(out_ids)[1], ops.shape(live["live"])[0] > 0)
+
+    index, _, _, scores, outputs = ops.while_loop(
+        cond, body, (index, live, state, scores, outputs))
+    return outputs[:, :index], scores
 
 
 def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
@@ -127,7 +168,7 @@ def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_co
 
 def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=False,
                      cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
-                     min_length=None):
+                     min_length=None, compact=None):
     """Greedy search of `model`: the one body of this mode (see the module docstring).
 
     Args:
@@ -140,14 +181,20 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
         static: keep every shape static (XLA, JAX): buffers of `static_max_length` (+ P)
             positions, the ids not trimmed (`trim` them outside the compiled function).
         cached, extra_length, max_output_length, min_length: as for `pick_search`.
+        compact: drop each sentence from the loop once it has ended (`greedy_search`);
+            default: where it can, a cached search without prefix where shapes may follow
+            values (TensorFlow's graphs without XLA).
 
     Returns:
         {"ids": (B, 1, T) int32 ending with EOS, 0-padded, "scores": (B, 1) log P(Y | X)};
         T is the steps taken unless static.
     """
+    if compact is None:
+        compact = not static and dynamic_shapes() and cached and prefix is None
     ids, scores = pick_search(model, source_ids, 1, prefix=prefix, static=static,
                               cached=cached, extra_length=extra_length,
-                              max_output_length=max_output_length, min_length=min_length)
+                              max_output_length=max_output_length, min_length=min_length,
+                              compact=compact)
     # The loop keeps the steps taken: only the empty-row rule may leave columns to trim.
     return finish({"ids": ids, "scores": scores}, empty_rows,
                   trim_ids=not static and empty_rows is not None)
@@ -155,7 +202,7 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
 
 def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None, static=False,
                 cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
-                min_length=None):
+                min_length=None, compact=False):
     """`greedy_search` on `model` with `rows_per_sentence` rows per sentence, each picking
     its tokens by `pick` (default: the most likely; `sampling.translate_sample` draws them).
 
@@ -167,19 +214,23 @@ def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None,
         max_output_length: a Python int instead: every output at most this many tokens (EOS
             included), also the static length of the buffers.
         min_length: if set, EOS is not allowed before this many tokens.
+        compact: drop each sentence from the loop once it has ended (`greedy_search`; one row
+            per sentence, no prefix, where shapes may follow values).
 
     Returns:
         (ids (B, R, T) int32, log-probabilities (B, R) float32), R = rows_per_sentence.
     """
     step_fn, state, limits, max_length = prefixed_step(
         model, source_ids, rows_per_sentence, static, prefix, cached=cached,
-        extra_length=extra_length, max_output_length=max_output_length)
+        extra_length=extra_length, max_output_length=max_output_length, compact=compact)
     single = isinstance(rows_per_sentence, int) and rows_per_sentence == 1
+    if compact and not single:
+        raise ValueError("a compact pick search has one row per sentence.")
     rows_prefix = None if prefix is None or single else tile_beams(prefix, rows_per_sentence)
     ids, scores = greedy_search(
         step_fn, state, limits if single else tile_beams(limits, rows_per_sentence),
         max_length, min_length, keep_width=static, prefix=prefix if single else rows_prefix,
-        pick=pick)
+        pick=pick, compact=compact)
     if single:
         return ops.expand_dims(ids, 1), ops.expand_dims(scores, 1)
     batch = ops.shape(source_ids)[0]
