@@ -19,6 +19,8 @@ Its rooms are floors, each importing only from those above it in this list:
         alignment.py      word alignments from the cross-attention (Pharaoh format), and AER
         compiling.py      compile_search: a search compiled once per backend; the shape
                           buckets of static searches
+        compact.py        compact loops: done sentences leave the loop (TensorFlow graphs
+                          without XLA), their results written out as they leave
     engines/          the engines, one text layer over them:
         engine.py         the engine interface: the text layer shared by every engine
         translator.py     Translator, the Keras engine (TensorFlow or JAX, float32 or bf16)
