@@ -30,8 +30,8 @@ import keras
 import numpy as np
 from keras import ops, tree
 
-from keras_transformer.decoding.search.compact import compact_start, shrink, take
-from keras_transformer.decoding.search.compiling import compile_search, dynamic_shapes
+from keras_transformer.decoding.search.compact import by_default, compact_start, shrink, take
+from keras_transformer.decoding.search.compiling import compile_search
 from keras_transformer.decoding.search.constraints import (
     INCOMPLETE, PhraseConstraints, first_occurrences)
 from keras_transformer.decoding.search.rules import (
@@ -132,17 +132,17 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 
     def body(s):
         # The name scopes group the step's ops in profiles (benchmarks/decode.py --profile).
-        index = s["index"]
+        index, searched = s["index"], searching(s)
         with keras.name_scope("decode_step"):
             logits, state = step_fn(ops.expand_dims(s["tokens"], 1), s["state"], index)
         with keras.name_scope("scores"):
-            top_scores, parents, tokens = expand(s, index, logits)
+            top_scores, parents, tokens = expand(s, index, logits, searched)
         with keras.name_scope("select_beams"):
-            return select(s, index, state, top_scores, parents, tokens)
+            return select(s, index, state, top_scores, parents, tokens, searched)
 
-    def expand(s, index, logits):
+    def expand(s, index, logits, searched):
         """The 2K best (beam, token) continuations per sentence (more with constraints)."""
-        rows, row_limits, _ = searching(s)
+        rows, row_limits, _ = searched
         log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
         vocab = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (rows, k, vocab))
@@ -171,7 +171,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
                                            zip((parents, tokens, top_scores), more))
         return top_scores, parents, tokens
 
-    def select(s, index, state, top_scores, parents, tokens):
+    def select(s, index, state, top_scores, parents, tokens, searched):
         """The next loop state: the finished pool, the alive beams and their caches."""
         write_here = ops.equal(ops.arange(steps), index)[None, None, :]
         candidates = ops.where(write_here, tokens[:, :, None],
@@ -208,7 +208,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             alive_log_probs = ops.where(gather_beams(growing, keep),
                                         gather_beams(top_scores, keep), NEG_INF)
         alive_seq = gather_beams(candidates, keep)
-        rows, row_limits, row_penalty = searching(s)
+        rows, row_limits, row_penalty = searched
         parent_rows = gather_beams(parents, keep) + ops.arange(rows)[:, None] * k  # (B, K)
         next_tokens = gather_beams(tokens, keep)
 
@@ -326,8 +326,8 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
         raise InputError("constraints need beam search: use a beam of 2 or more.")
 
     def search(prefix):
-        drop_done = (not static and dynamic_shapes() and cached and prefix is None
-                     and constraints is None) if compact is None else compact
+        drop_done = by_default(static, cached, prefix, constraints) if compact is None \
+            else compact
         step_fn, state, limits, max_length = prefixed_step(
             model, source_ids, beam_size, static, prefix, cached=cached,
             extra_length=extra_length, max_output_length=max_output_length,

@@ -12,6 +12,16 @@ and every per-sentence tensor keeps the others' rows (`shrink`); the loop ends w
 
 from keras import ops, tree
 
+from keras_transformer.decoding.search.compiling import dynamic_shapes
+
+
+def by_default(static, cached, *unsupported):
+    """Whether a body compacts its loop when not told: a cached search whose shapes may
+    follow values (TensorFlow's graphs without XLA), without any of `unsupported` (a
+    prefix, constraints: None when absent)."""
+    return (not static and dynamic_shapes() and cached
+            and all(option is None for option in unsupported))
+
 
 def compact_start(per_sentence, state, rows_per_sentence):
     """The loop's first values: `per_sentence` (a nest of (B, ...) tensors) and `state` (rows

@@ -24,8 +24,8 @@ The searches are written once in `keras.ops` and run on every backend:
 import keras
 from keras import ops
 
-from keras_transformer.decoding.search.compact import compact_start, shrink
-from keras_transformer.decoding.search.compiling import compile_search, dynamic_shapes
+from keras_transformer.decoding.search.compact import by_default, compact_start, shrink
+from keras_transformer.decoding.search.compiling import compile_search
 from keras_transformer.decoding.search.rules import finish, mask_special_tokens, prefix_forcing, trim
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step, tile_beams
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -121,6 +121,7 @@ def _compact_greedy(step_fn, initial, limits, min_length, pick):
     live = dict(live=ops.arange(ops.shape(limits)[0], dtype="int32"), limits=limits,
                 tokens=tokens, scores=scores, outputs=outputs)
     live, state = compact_start(live, state, 1)
+    positions = ops.arange(ops.shape(outputs)[1])
 
     def body(index, live, state, out_scores, out_ids):
         logits, (rows, sentences) = step_fn(ops.expand_dims(live["tokens"], 1), state, index)
@@ -129,8 +130,8 @@ def _compact_greedy(step_fn, initial, limits, min_length, pick):
         next_tokens = ops.where(index + 1 >= live["limits"], EOS_ID, pick(log_probs, index))
         chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
         live = dict(live, tokens=next_tokens, scores=live["scores"] + chosen,
-                    outputs=ops.where(ops.equal(ops.arange(ops.shape(out_ids)[1]), index)[None],
-                                      next_tokens[:, None], live["outputs"]))
+                    outputs=ops.where(ops.equal(positions, index)[None], next_tokens[:, None],
+                                      live["outputs"]))
         ended = ops.equal(next_tokens, EOS_ID)
         (live, rows, sentences), (out_scores, out_ids) = shrink(
             ended, (live, rows, sentences), live["live"],
@@ -138,7 +139,7 @@ def _compact_greedy(step_fn, initial, limits, min_length, pick):
         return index + 1, live, (rows, sentences), out_scores, out_ids
 
     def cond(index, live, state, out_scores, out_ids):
-        return ops.logical_and(index < ops.shape(out_ids)[1], ops.shape(live["live"])[0] > 0)
+        return ops.logical_and(index < ops.shape(positions)[0], ops.shape(live["live"])[0] > 0)
 
     index, _, _, scores, outputs = ops.while_loop(
         cond, body, (index, live, state, scores, outputs))
@@ -190,7 +191,7 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
         T is the steps taken unless static.
     """
     if compact is None:
-        compact = not static and dynamic_shapes() and cached and prefix is None
+        compact = by_default(static, cached, prefix)
     ids, scores = pick_search(model, source_ids, 1, prefix=prefix, static=static,
                               cached=cached, extra_length=extra_length,
                               max_output_length=max_output_length, min_length=min_length,

@@ -97,24 +97,22 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         # A growing cache starts empty with a length of no static value (a reduction's).
         length = ops.max(limits, initial=1) if grow else max_length
         cache = model.init_cache(encoder_output, source_mask, length, beam_size, grow)
+        per_sentence = {name: cache[name] for name in PER_SENTENCE}
+        fixed = {name: value for name, value in cache.items()
+                 if name != "self" and name not in PER_SENTENCE}
+
+        def compact_step(tokens, state, index):
+            rows, sentences = state
+            logits, cache = model.decode_step(tokens, dict(fixed, self=rows, **sentences),
+                                              index)
+            return logits, (cache["self"], sentences)
+
         if compact:
-            per_sentence = {name: cache[name] for name in PER_SENTENCE}
-            fixed = {name: value for name, value in cache.items()
-                     if name != "self" and name not in PER_SENTENCE}
-
-            def compact_step(tokens, state, index):
-                rows, sentences = state
-                logits, cache = model.decode_step(tokens, dict(fixed, self=rows, **sentences),
-                                                  index)
-                return logits, (cache["self"], sentences)
-
             return compact_step, (cache["self"], per_sentence), limits, max_length
-        cache_of_step = {name: value for name, value in cache.items() if name != "self"}
 
-        def step_fn(tokens, state, index):
-            logits, cache = model.decode_step(
-                tokens, dict(cache_of_step, self=state), index)
-            return logits, cache["self"]
+        def step_fn(tokens, state, index):  # the sentences' part stays as it is
+            logits, (rows, _) = compact_step(tokens, (state, per_sentence), index)
+            return logits, rows
 
         return step_fn, cache["self"], limits, max_length
 
