@@ -30,6 +30,8 @@ engine that declares them returns, from its searcher, (text, score, alignment) t
 from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding.request import DEFAULTS, MAX_CONSTRAINTS, SAMPLING, check
 from keras_transformer.errors import InputError
@@ -49,6 +51,10 @@ class Engine:
     NAME = "engine"
     SUPPORTS = frozenset()
     batch_size = DEFAULTS["batch_size"]
+    # Batches searched at once, each in a thread of its own (`_in_order`): an engine whose
+    # searches leave cores idle between their ops (TensorFlow's step-by-step graphs) sets more
+    # than one; the results are the same, in the same order.
+    in_flight = 1
     # The target languages of a run of several pairs (`engines.languages`): each source gets
     # its target's tag. A one-pair run's engine has none and translates as it always did.
     languages = TargetLanguages()
@@ -172,12 +178,17 @@ class Engine:
         encoded = dict(zip(todo, self.encode([sentences[i] for i in todo]))) if todo else {}
         keys = {i: self._batch_key(encoded[i], prefix_rows and prefix_rows[i]) for i in todo}
         order = sorted(todo, key=lambda i: keys[i])
-        for chunk in self._chunks(order, keys):
-            inputs = [[encoded[i] for i in chunk],
-                      None if prefix_rows is None else [prefix_rows[i] for i in chunk]]
+        chunks = list(self._chunks(order, keys))
+
+        def inputs(chunk):
+            given = [[encoded[i] for i in chunk],
+                     None if prefix_rows is None else [prefix_rows[i] for i in chunk]]
             if phrase_rows is not None and any(phrase_rows[i] for i in chunk):
-                inputs.append([phrase_rows[i] for i in chunk])
-            found = decode_batch(*inputs)
+                given.append([phrase_rows[i] for i in chunk])
+            return given
+
+        for chunk, found in zip(chunks, _in_order(decode_batch, map(inputs, chunks),
+                                                  self.in_flight)):
             for i, hypotheses in zip(chunk, found):
                 results[i] = hypotheses
             if progress is not None:
@@ -275,3 +286,23 @@ def _tagged(sentences, tags):
 def _normalized_targets(sentences):
     """Target lines (prefixes, scored targets) normalized; "" for an empty or missing one."""
     return [_normalized(s) if s else "" for s in sentences]
+
+
+def _in_order(function, argument_lists, workers):
+    """function(*arguments) of each list, in their order, with up to `workers` calls running
+    at once (threads; one: in this thread, one after the other). The first call that raises
+    ends the map: the calls not yet started are cancelled and its error is raised."""
+    if workers <= 1:
+        yield from (function(*arguments) for arguments in argument_lists)
+        return
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="search")
+    try:
+        pending = []
+        for arguments in argument_lists:
+            pending.append(pool.submit(function, *arguments))
+            if len(pending) == workers:  # at most `workers` batches' inputs held at once
+                yield pending.pop(0).result()
+        for future in pending:
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

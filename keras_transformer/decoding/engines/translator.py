@@ -18,6 +18,8 @@ the model itself when it is a float32 one, as before the choice existed).
 """
 
 import logging
+import os
+import threading
 
 import keras
 import numpy as np
@@ -72,12 +74,16 @@ class Translator(Engine):
             (its optimizer has stepped since the copy) is copied again before a translation.
 
     Attributes:
+        in_flight: batches searched at once, each from a thread of its own (2; 1 on a
+            one-core machine): a step-by-step graph leaves cores idle between its small ops,
+            which a second search fills (`docs/performance.md`); the outputs are the same.
         precision: the dtype it computes in, "float32" or "bfloat16".
         precision_reason: why, in one line (e.g. "bf16: this CPU has avx512_bf16; ...").
         jit_compile: whether the search is compiled by XLA; `xla_reason` says why.
     """
 
     NAME = "tensorflow"
+    in_flight = min(2, os.cpu_count() or 1)
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
                           "num_samples", "precision", "xla", "score", "alignments",
@@ -102,6 +108,7 @@ class Translator(Engine):
         self.jit_compile, self.extra_length = jit_compile, extra_length
         self._search = self._compile_search(with_prefix=False)
         self._compiled = {}  # the searches compiled on first use: prefixes, sampling, scoring
+        self._lock = threading.Lock()  # searches run from several threads (in_flight)
 
     def _compile_search(self, with_prefix, with_constraints=False):
         options = dict(extra_length=self.extra_length, jit_compile=self.jit_compile,
@@ -115,9 +122,10 @@ class Translator(Engine):
         return lambda *inputs: _as_nbest(*greedy(*inputs))
 
     def _compiled_once(self, key, build):
-        if key not in self._compiled:
-            self._compiled[key] = build()
-        return self._compiled[key]
+        with self._lock:
+            if key not in self._compiled:
+                self._compiled[key] = build()
+            return self._compiled[key]
 
     @classmethod
     def from_request(cls, request, model, tokenizer, max_input_length=MAX_LENGTH,
@@ -184,10 +192,11 @@ class Translator(Engine):
         """Copies the weights again into a cast copy of a model that has trained since."""
         if self.model is self.source_model:
             return
-        step = _optimizer_step(self.source_model)
-        if step != self._copied_at:
-            copy_weights(self.source_model, self.model)
-            self._copied_at = step
+        with self._lock:
+            step = _optimizer_step(self.source_model)
+            if step != self._copied_at:
+                copy_weights(self.source_model, self.model)
+                self._copied_at = step
 
     def encode(self, sentences):
         """Strings -> list of id lists (EOS-terminated, truncated to max_input_length)."""
