@@ -37,6 +37,7 @@ from keras_transformer.decoding.search.constraints import (
 from keras_transformer.decoding.search.rules import (
     NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
+from keras_transformer.decoding.search.top_k import best_continuations
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
 from pipelines.special_ids import BOS_ID, EOS_ID
@@ -162,13 +163,15 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             log_probs = phrases.block_eos(log_probs, s["met"], at_limit)
 
         # Expand: 2K best (beam, token) continuations per sentence.
+        if phrases is None:  # a top-k in two stages, exact (`search.top_k`)
+            top_scores, top_ids = best_continuations(s["alive_log_probs"], log_probs, 2 * k)
+            return top_scores, top_ids // vocab, top_ids % vocab  # (B, 2K) each
         scores = s["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
         top_scores, top_ids = ops.top_k(ops.reshape(scores, (rows, k * vocab)), k=2 * k)
-        parents, tokens = top_ids // vocab, top_ids % vocab  # (B, 2K)
-        if phrases is not None:  # each beam's best and those that advance its phrases
-            more = phrases.candidates(s["met"], s["progress"], scores)
-            parents, tokens, top_scores = (ops.concatenate([a, b], axis=1) for a, b in
-                                           zip((parents, tokens, top_scores), more))
+        # With constraints, also each beam's best and those that advance its phrases.
+        more = phrases.candidates(s["met"], s["progress"], scores)  # (parents, tokens, scores)
+        parents, tokens, top_scores = (ops.concatenate([a, b], axis=1) for a, b in
+                                       zip((top_ids // vocab, top_ids % vocab, top_scores), more))
         return top_scores, parents, tokens
 
     def select(s, index, state, top_scores, parents, tokens, searched):
