@@ -46,10 +46,12 @@ def ctranslate2_folder(run_dir, quantize="none", output_dir=EXPORT_DIR, name=Non
 
 
 # A SavedModel's in-graph batching of concurrent requests (export/batching.py; `export
-# --batch-max-rows/--batch-timeout-ms`): the most sentences searched at once, and how long a
-# request waits for others. Chosen by benchmarks/serving_load.py (docs/export.md, "Batching").
+# --batch-max-rows/--batch-timeout-ms/--batch-threads`): the most sentences searched at once,
+# how long a request waits for others, and how many batches are searched at once. Chosen by
+# benchmarks/serving_load.py (docs/export.md, "Batching").
 BATCH_MAX_ROWS = 32
 BATCH_TIMEOUT_MS = 5.0
+BATCH_THREADS = 2
 
 # The searches' defaults (translation's and parsing's) are the decoding options' declaration:
 # keras_transformer/decoding/request.py.

@@ -224,7 +224,7 @@ def test_concurrent_requests_through_one_session_get_their_lone_answers(served,
 def test_the_export_batches_in_the_graph_and_says_so_for_a_server(exports):
     """The default export's text signatures hold the BatchFunction op (translate_ids does
     not), and assets.extra/ holds the same settings for TF Serving's own batching."""
-    from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_TIMEOUT_MS
+    from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_THREADS, BATCH_TIMEOUT_MS
 
     path = exports["saved_model"]
     for signature in ("serving_default", "translate_nbest"):
@@ -233,7 +233,8 @@ def test_the_export_batches_in_the_graph_and_says_so_for_a_server(exports):
     text = (path / "assets.extra" / "batching_parameters.txt").read_text(encoding="utf-8")
     assert f"max_batch_size {{ value: {BATCH_MAX_ROWS} }}" in text
     assert f"batch_timeout_micros {{ value: {int(BATCH_TIMEOUT_MS * 1000)} }}" in text
-    assert "num_batch_threads { value: 1 }" in text and "max_enqueued_batches" in text
+    assert f"num_batch_threads {{ value: {BATCH_THREADS} }}" in text
+    assert "max_enqueued_batches" in text
 
 
 @pytest.mark.slow

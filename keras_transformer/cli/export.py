@@ -5,7 +5,7 @@ import sys
 
 from keras_transformer.cli.flags import add_flags, add_run_flags, tensorflow_only
 from keras_transformer.decoding.request import DEFAULTS, EXPORT
-from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_TIMEOUT_MS, EXPORT_DIR
+from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_THREADS, BATCH_TIMEOUT_MS, EXPORT_DIR
 
 
 def average(args):
@@ -50,7 +50,8 @@ def export(args):
             output_dir=args.output_dir, name=args.name, version=args.version,
             overwrite=args.overwrite, ids_only=args.ids_only, decoder=decoder,
             batching=None if args.no_batching else Batching(
-                max_rows=args.batch_max_rows, timeout_ms=args.batch_timeout_ms))
+                max_rows=args.batch_max_rows, timeout_ms=args.batch_timeout_ms,
+                num_threads=args.batch_threads))
     print(f"exported {args.format} to {path}")
 
 
@@ -122,6 +123,10 @@ def register(commands):
     parser.add_argument("--batch-timeout-ms", type=float, default=BATCH_TIMEOUT_MS,
                         help="SavedModel: how long a request waits for others to share its "
                         f"search, in ms ({BATCH_TIMEOUT_MS:g})")
+    parser.add_argument("--batch-threads", type=int, default=BATCH_THREADS,
+                        help="SavedModel: batches searched at once, each on a thread of its "
+                        f"own ({BATCH_THREADS}: a second search fills the cores a first one "
+                        "leaves idle between its small ops)")
     parser.add_argument("--no-batching", action="store_true",
                         help="SavedModel: search each request alone (no BatchFunction op)")
     parser.set_defaults(run=export)

@@ -33,7 +33,7 @@ import uuid
 
 import tensorflow as tf
 
-from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_TIMEOUT_MS
+from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_THREADS, BATCH_TIMEOUT_MS
 from keras_transformer.export.graph import ExportError, check_nbest_request, nbest_ids
 from keras_transformer.decoding.search.rules import trim
 from pipelines.special_ids import PAD_ID
@@ -61,7 +61,7 @@ class Batching:
 
     max_rows: int = BATCH_MAX_ROWS
     timeout_ms: float = BATCH_TIMEOUT_MS
-    num_threads: int = 1
+    num_threads: int = BATCH_THREADS
     max_enqueued_batches: int = 100
 
     def __post_init__(self):
