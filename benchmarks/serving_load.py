@@ -22,9 +22,11 @@ RSS is its own):
     function     a Python server's way: tf.saved_model.load once, `serving_default` called with
                  every input (a Python call applies no defaults: they are read from the same
                  SignatureDef).
-    ctranslate2  `keras-transformer export --format ctranslate2` of the same run, translated
-                 through our CTranslate2Translator (beam 4, alpha 0.6; CTranslate2's own
-                 defaults of one inter-op worker, every core intra-op).
+    ctranslate2  `keras-transformer export --format ctranslate2 --quantize int8` of the same
+                 run, translated through our CTranslate2Translator with the SavedModel's
+                 default beam and alpha (read from its SignatureDef; the request's defaults
+                 without --saved-model) and CTranslate2's own defaults of one inter-op
+                 worker, every core intra-op.
 
 For each thread count (1, 2, 4, 8) the same --requests requests (--per-request real sentences
 each: Multi30k val when ../shared/data/multi30k is there, else --sentences or the run's dev
@@ -91,9 +93,23 @@ def engine_answer(engine, paths):
     from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.decoding.request import Request
 
-    translator = Decoder(Request(engine="ctranslate2",
-                                 ctranslate2_model=str(paths["ctranslate2"]))).engine()
+    search = signature_defaults(paths["saved_model"]) if paths.get("saved_model") else {}
+    translator = Decoder(Request(engine="ctranslate2", ctranslate2_model=str(
+        paths["ctranslate2"]), **search)).engine()
     return lambda sentences: (translator.translate(sentences), None)
+
+
+def signature_defaults(export_dir):
+    """{"beam_size", "alpha"}: the defaults of a SavedModel's serving_default (the search a
+    request that leaves them out gets), so that CTranslate2 runs the same search."""
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel.FromString(
+        (pathlib.Path(export_dir) / "saved_model.pb").read_bytes())
+    defaults = proto.meta_graphs[0].signature_def["serving_default"].defaults
+    return {name: tf.make_ndarray(defaults[name]).item() for name in ("beam_size", "alpha")
+            if name in defaults}
 
 
 def peak_rss_mb():
@@ -251,7 +267,7 @@ def prepare(args, folder):
         for name, format, extra in (
                 ("saved_model", "savedmodel", {}),
                 ("saved_model_unbatched", "savedmodel", {"batching": None}),
-                ("ctranslate2", "ctranslate2", {})):
+                ("ctranslate2", "ctranslate2", {"quantize": "int8"})):
             if paths[name] is None and name in needed:
                 paths[name] = export.export_run(run_dir, format=format,
                                                 output_dir=folder / "exports",
