@@ -46,6 +46,7 @@ def test_an_error_ends_the_map_and_the_calls_not_started_never_run():
     assert max(started) <= 3  # at most the two in flight, and the next, once 0 was taken
 
 
+@pytest.mark.slow  # two translators, two traced searches
 def test_a_translator_with_two_batches_in_flight_answers_as_with_one(tiny_run, toy_corpus):
     run = Run(tiny_run)
     sentences = toy_corpus["dev.src"].read_text(encoding="utf-8").splitlines()[:24]
