@@ -65,7 +65,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit  # noqa: E402
-from tf_serving import FunctionHandler, PredictHandler  # noqa: E402
+from tf_serving import FunctionHandler, PredictHandler, signature_defs  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -103,11 +103,8 @@ def signature_defaults(export_dir):
     """{"beam_size", "alpha"}: the defaults of a SavedModel's serving_default (the search a
     request that leaves them out gets), so that CTranslate2 runs the same search."""
     import tensorflow as tf
-    from tensorflow.core.protobuf import saved_model_pb2
 
-    proto = saved_model_pb2.SavedModel.FromString(
-        (pathlib.Path(export_dir) / "saved_model.pb").read_bytes())
-    defaults = proto.meta_graphs[0].signature_def["serving_default"].defaults
+    defaults = signature_defs(export_dir)["serving_default"].defaults
     return {name: tf.make_ndarray(defaults[name]).item() for name in ("beam_size", "alpha")
             if name in defaults}
 

@@ -12,6 +12,15 @@ class PredictError(ValueError):
     """A request TensorFlow Serving's Predict handler refuses (INVALID_ARGUMENT there)."""
 
 
+def signature_defs(export_dir):
+    """{name: SignatureDef} of a SavedModel, read from its saved_model.pb (no loading)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel.FromString(
+        (pathlib.Path(export_dir) / "saved_model.pb").read_bytes())
+    return dict(proto.meta_graphs[0].signature_def)
+
+
 def request_feeds(signature, inputs):
     """[(input alias, TensorInfo, value)] for every input of `signature` (a SignatureDef): the
     request's value, else the SignatureDef's default, as TF Serving's Predict handler does
@@ -85,12 +94,9 @@ class FunctionHandler:
     def __init__(self, export_dir):
         import tensorflow as tf
         import tensorflow_text  # noqa: F401
-        from tensorflow.core.protobuf import saved_model_pb2
 
         self.tf = tf
-        proto = saved_model_pb2.SavedModel.FromString(
-            (pathlib.Path(export_dir) / "saved_model.pb").read_bytes())
-        self.signatures = dict(proto.meta_graphs[0].signature_def)
+        self.signatures = signature_defs(export_dir)
         self.loaded = tf.saved_model.load(str(export_dir))
 
     def predict(self, inputs, signature_name="serving_default"):

@@ -21,6 +21,8 @@ Its rooms are floors, each importing only from those above it in this list:
                           buckets of static searches
         compact.py        compact loops: done sentences leave the loop (TensorFlow graphs
                           without XLA), their results written out as they leave
+        top_k.py          a beam step's best continuations by an exact top-k in two
+                          stages; gather_beams
     engines/          the engines, one text layer over them:
         engine.py         the engine interface: the text layer shared by every engine
         translator.py     Translator, the Keras engine (TensorFlow or JAX, float32 or bf16)

@@ -37,7 +37,7 @@ from keras_transformer.decoding.search.constraints import (
 from keras_transformer.decoding.search.rules import (
     NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
-from keras_transformer.decoding.search.top_k import best_continuations
+from keras_transformer.decoding.search.top_k import best_continuations, gather_beams
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
 from pipelines.special_ids import BOS_ID, EOS_ID
@@ -46,18 +46,6 @@ from pipelines.special_ids import BOS_ID, EOS_ID
 def length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha."""
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
-
-
-def gather_beams(tensor, indices):
-    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...).
-
-    One gather of rows b * N + indices[b, j] of the (B * N, ...) reshape: TensorFlow's
-    take_along_axis costs a dozen ops (broadcasts, index checks, transposes) per call, and the
-    search calls this several times a step.
-    """
-    shape = ops.shape(tensor)
-    rows = ops.cast(indices, "int32") + ops.arange(shape[0], dtype="int32")[:, None] * shape[1]
-    return ops.take(ops.reshape(tensor, (-1,) + tuple(shape[2:])), rows, axis=0)
 
 
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],

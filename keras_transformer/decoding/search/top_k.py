@@ -50,17 +50,23 @@ def best_continuations(alive_log_probs, log_probs, count):
                          k=count)
     per_row = vocab // size
     chunks = ops.reshape(log_probs, (rows, beams * per_row, size))
-    best = ops.reshape(ops.max(ops.reshape(log_probs, (rows, beams, per_row, size)), axis=-1)
-                       + alive_log_probs[:, :, None], (rows, beams * per_row))
-    _, chosen = ops.top_k(best, k=count)
+    best = ops.reshape(ops.max(chunks, axis=-1), (rows, beams, per_row)) \
+        + alive_log_probs[:, :, None]
+    _, chosen = ops.top_k(ops.reshape(best, (rows, beams * per_row)), k=count)
     chosen = ops.sort(chosen, axis=-1)  # in index order: ties go to the lower index
-    flat = chosen + ops.arange(rows, dtype="int32")[:, None] * (beams * per_row)
-    gathered = ops.take(ops.reshape(chunks, (-1, size)), flat, axis=0)  # (B, count, C)
-    beam_of = ops.take(ops.reshape(alive_log_probs, (-1,)),
-                       chosen // per_row + ops.arange(rows, dtype="int32")[:, None] * beams,
-                       axis=0)
-    values, position = ops.top_k(ops.reshape(gathered + beam_of[:, :, None], (rows, -1)),
-                                 k=count)
-    chunk = ops.take(ops.reshape(chosen, (-1,)),
-                     position // size + ops.arange(rows, dtype="int32")[:, None] * count, axis=0)
-    return values, chunk * size + position % size
+    sums = gather_beams(chunks, chosen) + gather_beams(alive_log_probs, chosen // per_row)[
+        :, :, None]  # (B, count, C)
+    values, position = ops.top_k(ops.reshape(sums, (rows, -1)), k=count)
+    return values, gather_beams(chosen, position // size) * size + position % size
+
+
+def gather_beams(tensor, indices):
+    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...).
+
+    One gather of rows b * N + indices[b, j] of the (B * N, ...) reshape: TensorFlow's
+    take_along_axis costs a dozen ops (broadcasts, index checks, transposes) per call, and the
+    search calls this several times a step.
+    """
+    shape = ops.shape(tensor)
+    rows = ops.cast(indices, "int32") + ops.arange(shape[0], dtype="int32")[:, None] * shape[1]
+    return ops.take(ops.reshape(tensor, (-1,) + tuple(shape[2:])), rows, axis=0)
