@@ -91,7 +91,8 @@ def test_without_a_saved_choice_the_defaults_decode(tmp_path):
     precision, reason = resolve_precision()  # said before anything is built
     assert decoder.describe() == (
         f"decoding with {Run.AVERAGED}: beam_size {DEFAULTS['beam_size']}, alpha "
-        f"{DEFAULTS['alpha']}, precision {precision}, batch_size {DEFAULTS['batch_size']}, "
+        f"{DEFAULTS['alpha']}, stop_horizon {DEFAULTS['stop_horizon']}, precision {precision}, "
+        f"batch_size {DEFAULTS['batch_size']}, "
         f"{said_xla(precision)}, engine tensorflow; {reason}")
 
 
@@ -105,7 +106,7 @@ def test_the_saved_choice_decodes_and_flags_override_it(tmp_path):
     precision, reason = resolve_precision()
     assert decoder.describe() == (
         f"decoding with {Run.MODEL} (final weights) [run]: beam_size 5 [run], alpha 1.0 [run], "
-        f"precision {precision}, batch_size 64, {said_xla(precision)}, engine tensorflow; "
+        f"stop_horizon 3, precision {precision}, batch_size 64, {said_xla(precision)}, engine tensorflow; "
         f"run: chosen by the main job, "
         f"on val (a flag overrides it); {reason}")
     decoder = choice(run, beam=2)

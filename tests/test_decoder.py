@@ -24,6 +24,10 @@ def test_a_request_is_checked_frozen_values():
         request.replace(alpha=-1)
     assert request.replace(alpha=0.6) == Request(beam_size=5, alpha=0.6)
     assert Request.defaults(PARSE) == Request(**PARSING)
+    # Translation stops 3 steps ahead; parsing keeps the exact rule (its horizon unmeasured).
+    assert (Request().stop_horizon, Request.defaults(PARSE).stop_horizon) == (3, 0)
+    with pytest.raises(InputError, match=r"^stop_horizon=-1 must be at least 0 \(0: exact"):
+        Request(stop_horizon=-1)
 
 
 def test_the_saved_choice_is_written_only_checked(tmp_path):
@@ -71,7 +75,8 @@ def test_describe_says_the_precision_before_an_engine_is_built():
     precision, reason = resolve_precision()
     assert decoder.precision == (precision, reason)
     assert decoder.describe() == (
-        f"decoding with the members' models: beam_size 2, alpha {DEFAULTS['alpha']}, precision "
+        f"decoding with the members' models: beam_size 2, alpha {DEFAULTS['alpha']}, "
+        f"stop_horizon {DEFAULTS['stop_horizon']}, precision "
         f"{precision}, batch_size {DEFAULTS['batch_size']}, {said_xla(precision)}, "
         f"engine tensorflow; "
         f"{reason}")

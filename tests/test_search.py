@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.decoding.search.beam_search import (
     beam_search,
     compiled_beam_search,
@@ -125,10 +126,11 @@ def table_step(calls):
     return step
 
 
-def run_table(alpha, beam_size=2, limit=20):
+def run_table(alpha, beam_size=2, limit=20, stop_horizon=DEFAULTS["stop_horizon"]):
     calls = []
     result = beam_search(table_step(calls), tf.zeros([beam_size], tf.int32),
-                         tf.constant([limit]), beam_size=beam_size, alpha=alpha)
+                         tf.constant([limit]), beam_size=beam_size, alpha=alpha,
+                         stop_horizon=stop_horizon)
     return [h for h in hypotheses(result["ids"][:, 0])][0], result, calls
 
 
@@ -160,6 +162,28 @@ def test_early_termination_stops_when_no_alive_hypothesis_can_win():
         best, _, calls = run_table(alpha=0.6, limit=30)
         assert calls == [0, 1]
         assert best == (EOS_ID,)  # log 0.5 = -0.69 beats log(0.45 * 0.99) / 1.097 = -0.74
+    finally:
+        TABLE = saved
+
+
+def test_the_stop_horizon_looks_that_many_steps_ahead():
+    """After step 0 "EOS" (log 0.6 = -0.51) is finished and "a" (log 0.4 = -0.92) alive; "a"
+    x 5 + EOS (log 0.4: the table's later tokens are all but certain) ends at length 6, where
+    the penalty ((5 + 6) / 6) ** 2 = 3.36 makes it -0.27: the best. Ending at the next step (horizon 1, penalty 1.36), "a" could
+    reach -0.67 at best, so the sentence stops there with "EOS"; within 3 steps (penalty 2.25)
+    it could reach -0.41 and the search goes on, as the exact rule (0) does."""
+    global TABLE
+    saved = TABLE
+    try:
+        TABLE = {0: {EOS_ID: 0.6, 3: 0.4}, **{i: {3: 0.99} for i in range(1, 5)}}
+        best, _, calls = run_table(alpha=2.0, limit=30, stop_horizon=1)
+        assert (best, calls) == ((EOS_ID,), [0])
+        exact, result, exact_calls = run_table(alpha=2.0, limit=30, stop_horizon=0)
+        assert exact == (3, 3, 3, 3, 3, EOS_ID)
+        assert float(result["scores"][0, 0]) == pytest.approx(
+            math.log(0.4) / (11 / 6) ** 2, rel=1e-3)
+        horizon, _, calls = run_table(alpha=2.0, limit=30)  # the default, 3
+        assert horizon == exact and len(calls) <= len(exact_calls)
     finally:
         TABLE = saved
 

@@ -219,7 +219,8 @@ class Decoder:
                 source = self.sources.get(name)
                 items.append(f"xla {'on' if on else 'off'} [{source or why}]")
                 continue
-            if value is None or value is False or (name == "precision" and not precision):
+            if value is None or value is False or (name == "precision" and not precision) or (
+                    name == "stop_horizon" and request.engine != "tensorflow"):
                 continue  # off switches, and what another engine does not compute
             source = self.sources.get(name)
             items.append(f"{name} {value}" + (f" [{source}]" if source else ""))

@@ -46,9 +46,10 @@ PRECISIONS = ("auto", "float32", "bfloat16")
 # The paper's searches. Translation's (Section 6.1: beam 4, alpha 0.6, input + 50; ours: 64
 # sentences a batch) are the options' declared defaults; constituency parsing's (Section 6.3:
 # beam 21, alpha 0.3, input + 300; 16 sentences a batch, float32: bf16 parsing has not been
-# measured against the trees' F1) are parse's.
+# measured against the trees' F1; the exact early stop: the horizon was measured on
+# translation only) are parse's.
 PARSING = {"beam_size": 21, "alpha": 0.3, "extra_length": 300, "batch_size": 16,
-           "precision": "float32"}
+           "precision": "float32", "stop_horizon": 0}
 COMMAND_DEFAULTS = {PARSE: PARSING}
 # Commands whose flag for an option is not the option's own (distill: the student's settings
 # have a --batch-size and a --precision of training).
@@ -103,6 +104,12 @@ class Request:
     extra_length: int = option(
         50, "maximum output length = input length + this",
         check=Range(low=0), commands=())
+    stop_horizon: int = option(
+        3, "beam search: a sentence stops searching once no alive hypothesis, ending within "
+        "this many more steps, could beat its worst finished one",
+        check=Range(low=0, note="0: exact, ending anywhere up to the output limit"),
+        commands=DECODING + (DISTILL,), mode=SEARCH, recorded_if_set=True,
+        default_text="default: 3 (parse: 0)")
     nbest: bool = option(
         False, "print every beam hypothesis as: line, score, text (line: the input line's "
         "number from 0; score: the hypothesis' score, length-penalized log-probability), "

@@ -59,6 +59,9 @@ class Translator(Engine):
         batch_size: sentences per search call (sentences are sorted by length first).
         extra_length: maximum output length = input length + extra_length (paper: 50 for
             translation, 300 for parsing).
+        stop_horizon: beam search stops a sentence once no alive hypothesis, ending within
+            this many more steps, could beat its worst finished one (0: the exact rule;
+            `beam_search`).
         jit_compile: compile the search with XLA: True, False, or None ("auto": where it
             was measured faster on this CPU class and precision, `decoding.engines.xla`).
             XLA compiles once per input shape, so batches are padded to a few shapes (rows
@@ -87,14 +90,16 @@ class Translator(Engine):
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
                           "num_samples", "precision", "xla", "score", "alignments",
-                          "constraints"})
+                          "constraints", "stop_horizon"})
 
     def __init__(self, model, tokenizer, beam_size=DEFAULTS["beam_size"],
                  alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH,
                  batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
-                 jit_compile=DEFAULTS["xla"], precision=DEFAULTS["precision"]):
+                 jit_compile=DEFAULTS["xla"], precision=DEFAULTS["precision"],
+                 stop_horizon=DEFAULTS["stop_horizon"]):
         check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
-                   extra_length=extra_length, precision=precision, xla=jit_compile))
+                   extra_length=extra_length, precision=precision, xla=jit_compile,
+                   stop_horizon=stop_horizon))
         self.precision, self.precision_reason = resolve_precision(precision)
         jit_compile, self.xla_reason = resolve_xla(jit_compile, self.precision)
         self.source_model, self.tokenizer = model, tokenizer
@@ -106,6 +111,7 @@ class Translator(Engine):
         self.beam_size, self.alpha = beam_size, alpha
         self.max_input_length, self.batch_size = max_input_length, batch_size
         self.jit_compile, self.extra_length = jit_compile, extra_length
+        self.stop_horizon = stop_horizon
         self._search = self._compile_search(with_prefix=False)
         self._compiled = {}  # the searches compiled on first use: prefixes, sampling, scoring
         self._lock = threading.Lock()  # searches run from several threads (in_flight)
@@ -115,9 +121,11 @@ class Translator(Engine):
                        with_prefix=with_prefix)
         if with_constraints:
             return compiled_beam_search(self.model, self.beam_size, self.alpha,
-                                        with_constraints=True, **options)
+                                        with_constraints=True, stop_horizon=self.stop_horizon,
+                                        **options)
         if self.beam_size > 1:
-            return compiled_beam_search(self.model, self.beam_size, self.alpha, **options)
+            return compiled_beam_search(self.model, self.beam_size, self.alpha,
+                                        stop_horizon=self.stop_horizon, **options)
         greedy = compiled_greedy_search(self.model, **options)
         return lambda *inputs: _as_nbest(*greedy(*inputs))
 
@@ -137,7 +145,7 @@ class Translator(Engine):
         return cls(model, tokenizer, beam_size=request.beam_size, alpha=request.alpha,
                    max_input_length=max_input_length, batch_size=request.batch_size,
                    extra_length=request.extra_length, jit_compile=request.xla,
-                   precision=request.precision)
+                   precision=request.precision, stop_horizon=request.stop_horizon)
 
     @classmethod
     def from_run(cls, run, model_file=None, **kwargs):
