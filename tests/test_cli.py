@@ -106,7 +106,8 @@ def test_the_saved_choice_decodes_and_flags_override_it(tmp_path):
     precision, reason = resolve_precision()
     assert decoder.describe() == (
         f"decoding with {Run.MODEL} (final weights) [run]: beam_size 5 [run], alpha 1.0 [run], "
-        f"stop_horizon 3, precision {precision}, batch_size 64, {said_xla(precision)}, engine tensorflow; "
+        f"stop_horizon 3, precision {precision}, batch_size 64, {said_xla(precision)}, "
+        f"engine tensorflow; "
         f"run: chosen by the main job, "
         f"on val (a flag overrides it); {reason}")
     decoder = choice(run, beam=2)

@@ -169,9 +169,10 @@ def test_early_termination_stops_when_no_alive_hypothesis_can_win():
 def test_the_stop_horizon_looks_that_many_steps_ahead():
     """After step 0 "EOS" (log 0.6 = -0.51) is finished and "a" (log 0.4 = -0.92) alive; "a"
     x 5 + EOS (log 0.4: the table's later tokens are all but certain) ends at length 6, where
-    the penalty ((5 + 6) / 6) ** 2 = 3.36 makes it -0.27: the best. Ending at the next step (horizon 1, penalty 1.36), "a" could
-    reach -0.67 at best, so the sentence stops there with "EOS"; within 3 steps (penalty 2.25)
-    it could reach -0.41 and the search goes on, as the exact rule (0) does."""
+    the penalty ((5 + 6) / 6) ** 2 = 3.36 makes it -0.27: the best. Ending at the next step
+    (horizon 1, penalty 1.36), "a" could reach -0.67 at best, so the sentence stops there with
+    "EOS"; within 3 steps (penalty 2.25) it could reach -0.41 and the search goes on, as the
+    exact rule (0) does."""
     global TABLE
     saved = TABLE
     try:
