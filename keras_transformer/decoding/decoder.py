@@ -208,6 +208,7 @@ class Decoder:
                 label += f" [{source}]"
         precision, reason = (self.precision if request.applies("precision", command)
                              else (None, None))
+        engine = CTranslate2Translator if request.engine == "ctranslate2" else Translator
         items = []
         for name, meta in fields().items():
             if name in ("model", "ctranslate2_model", "prefixes") or not meta["commands"] \
@@ -220,8 +221,8 @@ class Decoder:
                 items.append(f"xla {'on' if on else 'off'} [{source or why}]")
                 continue
             if value is None or value is False or (name == "precision" and not precision) or (
-                    name == "stop_horizon" and request.engine != "tensorflow"):
-                continue  # off switches, and what another engine does not compute
+                    meta["engine_option"] is True and name not in engine.SUPPORTS):
+                continue  # off switches, and what this engine does not compute
             source = self.sources.get(name)
             items.append(f"{name} {value}" + (f" [{source}]" if source else ""))
         verb = {SCORE: "scoring", EXPORT: "exporting", PARSE: "parsing"}.get(

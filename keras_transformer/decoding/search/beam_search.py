@@ -122,7 +122,6 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         finished_log_probs=ops.full((batch, k), NEG_INF, "float32"),
         done=ops.zeros((batch,), "bool"),
     )
-    best_penalty = length_penalty(limits, alpha)  # the largest penalty a hypothesis can reach
     forced_token = prefix_forcing(prefix)
     phrases = None if constraints is None else PhraseConstraints(constraints)
     if phrases is not None:
@@ -131,7 +130,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
     if compact:
         if prefix is not None or constraints is not None:
             raise ValueError("a compact beam search takes no prefix and no constraints.")
-        initial = _compact_initial(initial, limits, best_penalty, k)
+        initial = _compact_initial(initial, limits, k)
 
     def body(s):
         # The name scopes group the step's ops in profiles (benchmarks/decode.py --profile).
@@ -145,7 +144,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 
     def expand(s, index, logits, searched):
         """The 2K best (beam, token) continuations per sentence (more with constraints)."""
-        rows, row_limits, _ = searched
+        rows, row_limits = searched
         log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
         vocab = ops.shape(log_probs)[-1]
         log_probs = ops.reshape(log_probs, (rows, k, vocab))
@@ -213,7 +212,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             alive_log_probs = ops.where(gather_beams(growing, keep),
                                         gather_beams(top_scores, keep), NEG_INF)
         alive_seq = gather_beams(candidates, keep)
-        rows, row_limits, row_penalty = searched
+        rows, row_limits = searched
         parent_rows = gather_beams(parents, keep) + ops.arange(rows)[:, None] * k  # (B, K)
         next_tokens = gather_beams(tokens, keep)
 
@@ -222,9 +221,11 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         filled = pool_keys > NEG_INF / 2
         lowest_finished = ops.min(ops.where(filled, pool_keys, -NEG_INF), axis=1)
         lowest_finished = ops.where(filled[:, 0], lowest_finished, NEG_INF)
-        if stop_horizon:  # the largest penalty reached within the horizon
-            row_penalty = length_penalty(ops.minimum(row_limits, index + 1 + stop_horizon),
-                                         alpha)
+        # The largest penalty an alive hypothesis could reach: at its limit, or within the
+        # horizon.
+        reach = row_limits if not stop_horizon else ops.minimum(row_limits,
+                                                                  index + 1 + stop_horizon)
+        row_penalty = length_penalty(reach, alpha)
         if phrases is None:
             best_alive = alive_log_probs[:, 0] / row_penalty
         else:  # the allocation does not sort the alive beams by score
@@ -246,10 +247,10 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         return new
 
     def searching(s):
-        """(rows, limits, best penalties) of the sentences the loop still searches."""
+        """(rows, limits) of the sentences the loop still searches."""
         if compact:
-            return ops.shape(s["alive_log_probs"])[0], s["limits"], s["penalty"]
-        return batch, limits, best_penalty
+            return ops.shape(s["alive_log_probs"])[0], s["limits"]
+        return batch, limits
 
     def cond(s):
         return ops.logical_and(s["index"] < steps, ops.logical_not(ops.all(s["done"])))
@@ -264,15 +265,14 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 # A compact search's state per sentence still searching (the model's state aside), and the
 # finished pool every sentence leaves behind (`search.compact`).
 _POOL = ("finished_seq", "finished_scores", "finished_log_probs")
-_PER_SENTENCE = _POOL + ("alive_seq", "alive_log_probs", "done", "live", "limits", "penalty")
+_PER_SENTENCE = _POOL + ("alive_seq", "alive_log_probs", "done", "live", "limits")
 
 
-def _compact_initial(initial, limits, penalty, k):
-    """The initial state of a compact search: the sentences' numbers ("live"), limits and
-    best penalties in the state, and an output buffer per finished pool ("out_...")."""
+def _compact_initial(initial, limits, k):
+    """The initial state of a compact search: the sentences' numbers ("live") and limits in
+    the state, and an output buffer per finished pool ("out_...")."""
     initial = dict(initial, live=ops.arange(ops.shape(limits)[0], dtype="int32"),
-                   limits=limits, penalty=penalty,
-                   **{"out_" + name: initial[name] for name in _POOL})
+                   limits=limits, **{"out_" + name: initial[name] for name in _POOL})
     (row_state, sentences), tokens = initial["state"], initial["tokens"]
     per_sentence, ((row_state, tokens), sentences) = compact_start(
         {name: initial[name] for name in _PER_SENTENCE}, ((row_state, tokens), sentences), k)
@@ -284,7 +284,7 @@ def _leave(s, new, state, parent_rows, next_tokens):
     written to the output buffers), the others stay, their beams' rows reordered."""
     row_state, sentences = state
     done = new["done"]
-    new.update({name: s[name] for name in ("live", "limits", "penalty")})
+    new.update({name: s[name] for name in ("live", "limits")})
     stay = ops.nonzero(ops.logical_not(done))[0]
     with keras.name_scope("reorder_caches"):  # only the staying sentences' beams
         rows = ops.reshape(ops.take(parent_rows, stay, axis=0), (-1,))
