@@ -221,8 +221,9 @@ class Decoder:
                 items.append(f"xla {'on' if on else 'off'} [{source or why}]")
                 continue
             if value is None or value is False or (name == "precision" and not precision) or (
-                    meta["engine_option"] is True and name not in engine.SUPPORTS):
-                continue  # off switches, and what this engine does not compute
+                    engine is not Translator and meta["engine_option"] is True
+                    and name not in engine.SUPPORTS):
+                continue  # off switches, and what another engine does not compute
             source = self.sources.get(name)
             items.append(f"{name} {value}" + (f" [{source}]" if source else ""))
         verb = {SCORE: "scoring", EXPORT: "exporting", PARSE: "parsing"}.get(
