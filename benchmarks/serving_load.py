@@ -41,6 +41,15 @@ requests, after 1,000 and after 5,000; `rss_growth` is the second over the first
 translations that are not empty (a model answering only "" would make the answer check
 empty).
 
+The server's thread pools: `--intra-op-threads N` and `--inter-op-threads N` are TensorFlow
+Serving's `--tensorflow_intra_op_parallelism` and `--tensorflow_inter_op_parallelism` for the
+session and function engines (0, the default: TensorFlow's choice, every core for each). With
+a few rows per search, a matmul cut across cores costs more in handing over than it saves:
+`--intra-op-threads 1` is the setting docs/export.md recommends for serving (measured there),
+with `--no-onednn`: the engines' processes get TF_ENABLE_ONEDNN_OPTS=0, TensorFlow's own
+kernels instead of oneDNN's, whose per-thread primitive caches grow with every new shape of a
+float32 search (the recommended server environment; the record's `onednn` says which ran).
+
 Beside CTranslate2, each other engine's requests/s over CTranslate2's at each thread count:
 `session_ratio_vs_ctranslate2` and so on (> 1: faster).
 
@@ -78,11 +87,12 @@ SCORE_TOLERANCE = 1e-5
 MAX_RSS_GROWTH = 0.05
 
 
-def engine_answer(engine, paths):
-    """A function sentences -> (translations, scores or None) for `engine`, loaded once."""
+def engine_answer(engine, paths, pools=(0, 0)):
+    """A function sentences -> (translations, scores or None) for `engine`, loaded once;
+    `pools`: (intra-op, inter-op) threads of a TensorFlow engine (0: TensorFlow's choice)."""
     if engine != "ctranslate2":
         handler = (FunctionHandler if engine == "function" else PredictHandler)(
-            paths[EXPORT_OF[engine]])
+            paths[EXPORT_OF[engine]], intra_op_threads=pools[0], inter_op_threads=pools[1])
 
         def answer(sentences):
             result = handler.predict({"sentences": sentences})
@@ -132,13 +142,17 @@ def differs(answer, reference):
                                       for a, b in zip(scores, want_scores))
 
 
-def load_engine(engine, paths, requests, thread_counts):
-    """Runs in a fresh process: loads `engine`, then sends `requests` from each thread count's
-    threads in turn. Returns the engine's record."""
+def load_engine(engine, paths, requests, thread_counts, pools=(0, 0)):
+    """Runs in a fresh process: loads `engine` (a TensorFlow one with `pools`), then sends
+    `requests` from each thread count's threads in turn. Returns the engine's record."""
     start = time.perf_counter()
-    answer = engine_answer(engine, paths)
+    answer = engine_answer(engine, paths, pools)
     answer(requests[0])  # warm-up, not counted: the first run optimizes the graph
     record = {"load_and_warmup_s": round(time.perf_counter() - start, 2), "threads": {}}
+    if engine != "ctranslate2":
+        record["intra_op_threads"], record["inter_op_threads"] = pools
+        record["onednn"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip() not in (
+            "0", "false", "False")
     total = len(requests) * len(thread_counts)
     marks = {max(1, total // 5), total}
     rss, done, lock = {}, [0], threading.Lock()
@@ -205,6 +219,22 @@ def ratios_vs_ctranslate2(engines):
         count: round(figures["requests_per_s"] / anchor["threads"][count]["requests_per_s"], 3)
         for count, figures in engine["threads"].items() if count in anchor["threads"]}
         for name, engine in engines.items() if name != "ctranslate2"}
+
+
+@contextlib.contextmanager
+def engine_environment(variables):
+    """`variables` in the environment that the engine processes spawned meanwhile inherit
+    (read when each starts TensorFlow); this process's environment restored after."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def read_lines(path):
@@ -303,6 +333,16 @@ def main(argv=None):
                         "(default: Multi30k val.en, else the run's dev source)")
     parser.add_argument("--work-dir", help="where the run and exports go (default: a "
                         "temporary folder, removed at the end)")
+    parser.add_argument("--intra-op-threads", type=int, default=0, metavar="N",
+                        help="the TensorFlow engines' intra-op threads, as TensorFlow Serving's "
+                        "--tensorflow_intra_op_parallelism (0: TensorFlow's choice; 1 is "
+                        "the setting docs/export.md recommends for serving)")
+    parser.add_argument("--inter-op-threads", type=int, default=0, metavar="N",
+                        help="the TensorFlow engines' inter-op threads, as TensorFlow Serving's "
+                        "--tensorflow_inter_op_parallelism (0: TensorFlow's choice)")
+    parser.add_argument("--no-onednn", action="store_true",
+                        help="run the engines with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's own "
+                        "kernels; the server environment docs/export.md recommends)")
     parser.add_argument("--tiny", action="store_true",
                         help="a smoke run: 10 requests per thread count, 30 training steps")
     args = parser.parse_args(argv)
@@ -312,6 +352,8 @@ def main(argv=None):
         parser.error(f"--engines {','.join(args.engines)!r}: choose among {', '.join(ENGINES)}")
     if thread_counts[0] != 1 or min(thread_counts) < 1:
         parser.error(f"--threads {args.threads!r}: counts >= 1, starting with 1 (the reference)")
+    if min(args.intra_op_threads, args.inter_op_threads) < 0:
+        parser.error("--intra-op-threads/--inter-op-threads: 0 (TensorFlow's choice) or more")
     if args.tiny:
         args.requests, args.train_steps = 10, 30
     load_before = os.getloadavg()
@@ -320,11 +362,13 @@ def main(argv=None):
         paths, source, sentences = prepare(args, folder)
         requests = make_requests(sentences, args.requests, args.per_request)
         engines = {}
-        for engine in args.engines:  # a fresh process each: its own peak RSS
-            context = multiprocessing.get_context("spawn")
-            with context.Pool(1) as pool:
-                engines[engine] = pool.apply(load_engine,
-                                             (engine, paths, requests, thread_counts))
+        with engine_environment({"TF_ENABLE_ONEDNN_OPTS": "0"} if args.no_onednn else {}):
+            for engine in args.engines:  # a fresh process each: its own peak RSS
+                context = multiprocessing.get_context("spawn")
+                with context.Pool(1) as pool:
+                    engines[engine] = pool.apply(load_engine, (
+                        engine, paths, requests, thread_counts,
+                        (args.intra_op_threads, args.inter_op_threads)))
     from keras_transformer.hardware import cpu_class, cpu_model
 
     record = {

@@ -58,14 +58,21 @@ class PredictHandler:
     `predict` fills a request's absent inputs from the SignatureDef's defaults, runs the
     signature's outputs (all of them, or those of `output_filter`) by their tensor names and
     returns {alias: numpy value}.
+
+    `intra_op_threads`, `inter_op_threads`: the Session's thread pools, as the server's
+    `--tensorflow_intra_op_parallelism` / `--tensorflow_inter_op_parallelism` set them
+    (0, their default: TensorFlow's choice, every core). TensorFlow makes a process's pools
+    once, for its first Session: a second handler in the process gets the first one's.
     """
 
-    def __init__(self, export_dir, tags=("serve",)):
+    def __init__(self, export_dir, tags=("serve",), intra_op_threads=0, inter_op_threads=0):
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the sentencepiece ops)
 
         self.graph = tf.Graph()
-        self.session = tf.compat.v1.Session(graph=self.graph)
+        self.session = tf.compat.v1.Session(graph=self.graph, config=tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=intra_op_threads,
+            inter_op_parallelism_threads=inter_op_threads))
         with self.graph.as_default():
             meta_graph = tf.compat.v1.saved_model.loader.load(self.session, list(tags),
                                                               str(export_dir))
@@ -89,11 +96,17 @@ class PredictHandler:
 class FunctionHandler:
     """A Python server's way: tf.saved_model.load once, the signature called from every
     thread, each absent input taken from the SignatureDef's defaults (read from the export's
-    saved_model.pb: a Python call applies none itself)."""
+    saved_model.pb: a Python call applies none itself). The thread pools as for
+    `PredictHandler` (tf.config.threading, before TensorFlow starts: 0 leaves its choice)."""
 
-    def __init__(self, export_dir):
+    def __init__(self, export_dir, intra_op_threads=0, inter_op_threads=0):
         import tensorflow as tf
         import tensorflow_text  # noqa: F401
+
+        if intra_op_threads:
+            tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+        if inter_op_threads:
+            tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
 
         self.tf = tf
         self.signatures = signature_defs(export_dir)

@@ -4,6 +4,7 @@ handler, emulated by `benchmarks/tf_serving.py`'s `PredictHandler`), in a fresh 
 process that imports only TensorFlow and tensorflow-text; and that benchmark's smoke run."""
 
 import json
+import os
 import pathlib
 import sys
 import textwrap
@@ -247,13 +248,19 @@ def test_the_load_benchmark_smoke_run_answers_every_request_alike(exports, tiny_
     import serving_load
 
     capsys.readouterr()
+    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    # The server settings docs/export.md recommends (intra-op 1, TensorFlow's own kernels).
     status = serving_load.main(["--tiny", "--saved-model", str(exports["saved_model"]),
                                 "--ctranslate2-model", str(ct2),
-                                "--sentences", str(toy_corpus["dev.src"])])
+                                "--sentences", str(toy_corpus["dev.src"]),
+                                "--intra-op-threads", "1", "--no-onednn"])
+    assert os.environ.get("TF_ENABLE_ONEDNN_OPTS") == onednn  # only the engines' processes
     out, err = capsys.readouterr()
     assert status == 0, out[-2000:] + err[-3000:]
     record = json.loads(out.strip().splitlines()[-1])
     assert record["ok"] and sorted(record["engines"]) == ["ctranslate2", "session"], record
+    assert (record["engines"]["session"]["intra_op_threads"],
+            record["engines"]["session"]["onednn"]) == (1, False), record
     session, ct2_figures = (record["engines"][e]["threads"] for e in ("session", "ctranslate2"))
     assert record["session_ratio_vs_ctranslate2"] == {
         count: round(session[count]["requests_per_s"] / ct2_figures[count]["requests_per_s"], 3)
