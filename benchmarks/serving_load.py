@@ -145,14 +145,15 @@ def differs(answer, reference):
 def load_engine(engine, paths, requests, thread_counts, pools=(0, 0)):
     """Runs in a fresh process: loads `engine` (a TensorFlow one with `pools`), then sends
     `requests` from each thread count's threads in turn. Returns the engine's record."""
+    from keras_transformer.hardware import onednn_on
+
     start = time.perf_counter()
     answer = engine_answer(engine, paths, pools)
     answer(requests[0])  # warm-up, not counted: the first run optimizes the graph
     record = {"load_and_warmup_s": round(time.perf_counter() - start, 2), "threads": {}}
     if engine != "ctranslate2":
         record["intra_op_threads"], record["inter_op_threads"] = pools
-        record["onednn"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1").strip() not in (
-            "0", "false", "False")
+        record["onednn"] = onednn_on()
     total = len(requests) * len(thread_counts)
     marks = {max(1, total // 5), total}
     rss, done, lock = {}, [0], threading.Lock()

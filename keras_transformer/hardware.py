@@ -137,7 +137,24 @@ def _onednn_unchosen(environ, kind):
     if "TF_ENABLE_ONEDNN_OPTS" in environ:
         return environ["TF_ENABLE_ONEDNN_OPTS"], "set by the user"
     return "TensorFlow's default", (f"{kind} class: oneDNN is "
-                                    + ("on" if kind.startswith(("avx512", "amx")) else "off"))
+                                    + ("on" if _tensorflow_onednn_default(kind) else "off"))
+
+
+def _tensorflow_onednn_default(kind):
+    """Whether TensorFlow runs its oneDNN kernels on a CPU of class `kind` when the
+    environment does not say: on the AVX-512 classes."""
+    return kind.startswith(("avx512", "amx"))
+
+
+def onednn_on(environ=None, flags=None):
+    """Whether TensorFlow, loaded with `environ` (os.environ), runs its oneDNN kernels on this
+    CPU: as TF_ENABLE_ONEDNN_OPTS says where it is set ("0" or "false": off), else
+    TensorFlow's default for the CPU's class."""
+    environ = os.environ if environ is None else environ
+    value = environ.get("TF_ENABLE_ONEDNN_OPTS")
+    if value is not None:
+        return value.strip().lower() not in ("0", "false")
+    return _tensorflow_onednn_default(cpu_class(flags))
 
 
 def kernel_summary(environ=None):

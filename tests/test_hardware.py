@@ -32,6 +32,16 @@ def test_onednn_default_follows_the_class_unless_the_user_set_it(monkeypatch):
     assert "TF_ENABLE_ONEDNN_OPTS=0 (set by the user)" in hardware.kernel_summary(environ)
 
 
+def test_onednn_on_follows_the_variable_else_tensorflows_default_for_the_class():
+    for kind, flags in (("amx", {"amx_bf16", "avx512f"}), ("avx512", {"avx512f"}),
+                        ("avx2", {"avx2"})):
+        assert hardware.cpu_class(flags) == kind
+        assert hardware.onednn_on({}, flags) is (kind != "avx2"), kind
+        for value, on in (("0", False), ("false", False), (" False ", False), ("1", True),
+                          ("true", True)):
+            assert hardware.onednn_on({"TF_ENABLE_ONEDNN_OPTS": value}, flags) is on, value
+
+
 # The command, in a fresh process: what the environment holds and whether TensorFlow was
 # loaded when the console was set up (TensorFlow reads TF_ENABLE_ONEDNN_OPTS when it loads).
 # The spies are set while the entry point's `waiting` holds the package's registration back,
