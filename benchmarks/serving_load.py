@@ -45,10 +45,10 @@ The server's thread pools: `--intra-op-threads N` and `--inter-op-threads N` are
 Serving's `--tensorflow_intra_op_parallelism` and `--tensorflow_inter_op_parallelism` for the
 session and function engines (0, the default: TensorFlow's choice, every core for each). With
 a few rows per search, a matmul cut across cores costs more in handing over than it saves:
-`--intra-op-threads 1` is the setting docs/export.md recommends for serving (measured there),
-with `--no-onednn`: the engines' processes get TF_ENABLE_ONEDNN_OPTS=0, TensorFlow's own
-kernels instead of oneDNN's, whose per-thread primitive caches grow with every new shape of a
-float32 search (the recommended server environment; the record's `onednn` says which ran).
+`--intra-op-threads 1` is the setting docs/export.md recommends for serving (measured there).
+`--no-onednn` starts the engines' processes with TF_ENABLE_ONEDNN_OPTS=0 (the recommended
+server environment): TensorFlow's own kernels instead of oneDNN's, whose per-thread primitive
+caches grow with every new shape of a float32 search. Each record's `onednn` says which ran.
 
 Beside CTranslate2, each other engine's requests/s over CTranslate2's at each thread count:
 `session_ratio_vs_ctranslate2` and so on (> 1: faster).
