@@ -142,9 +142,11 @@ def differs(answer, reference):
                                       for a, b in zip(scores, want_scores))
 
 
-def load_engine(engine, paths, requests, thread_counts, pools=(0, 0)):
-    """Runs in a fresh process: loads `engine` (a TensorFlow one with `pools`), then sends
-    `requests` from each thread count's threads in turn. Returns the engine's record."""
+def load_engine(engine, paths, requests, thread_counts, pools=(0, 0), environ=None):
+    """Runs in a fresh process: loads `engine` (a TensorFlow one with `pools`, and `environ`
+    set before TensorFlow starts), then sends `requests` from each thread count's threads in
+    turn. Returns the engine's record."""
+    os.environ.update(environ or {})  # this process has not loaded TensorFlow yet
     from keras_transformer.hardware import onednn_on
 
     start = time.perf_counter()
@@ -220,22 +222,6 @@ def ratios_vs_ctranslate2(engines):
         count: round(figures["requests_per_s"] / anchor["threads"][count]["requests_per_s"], 3)
         for count, figures in engine["threads"].items() if count in anchor["threads"]}
         for name, engine in engines.items() if name != "ctranslate2"}
-
-
-@contextlib.contextmanager
-def engine_environment(variables):
-    """`variables` in the environment that the engine processes spawned meanwhile inherit
-    (read when each starts TensorFlow); this process's environment restored after."""
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def read_lines(path):
@@ -363,13 +349,13 @@ def main(argv=None):
         paths, source, sentences = prepare(args, folder)
         requests = make_requests(sentences, args.requests, args.per_request)
         engines = {}
-        with engine_environment({"TF_ENABLE_ONEDNN_OPTS": "0"} if args.no_onednn else {}):
-            for engine in args.engines:  # a fresh process each: its own peak RSS
-                context = multiprocessing.get_context("spawn")
-                with context.Pool(1) as pool:
-                    engines[engine] = pool.apply(load_engine, (
-                        engine, paths, requests, thread_counts,
-                        (args.intra_op_threads, args.inter_op_threads)))
+        environ = {"TF_ENABLE_ONEDNN_OPTS": "0"} if args.no_onednn else {}
+        for engine in args.engines:  # a fresh process each: its own peak RSS
+            context = multiprocessing.get_context("spawn")
+            with context.Pool(1) as pool:
+                engines[engine] = pool.apply(load_engine, (
+                    engine, paths, requests, thread_counts,
+                    (args.intra_op_threads, args.inter_op_threads), environ))
     from keras_transformer.hardware import cpu_class, cpu_model
 
     record = {
