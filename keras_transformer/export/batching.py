@@ -113,8 +113,8 @@ class BatchedSearch:
         self.scope = f"batched_search_{uuid.uuid4().hex[:12]}"
         self._search = tf.nondifferentiable_batch_function(
             batching.num_threads, batching.max_rows, batching.timeout_micros,
-            max_enqueued_batches=batching.max_enqueued_batches,
-            enable_large_batch_splitting=False)(self._search_batch)
+            max_enqueued_batches=batching.max_enqueued_batches, autograph=False,
+            enable_large_batch_splitting=False)(self._search_batch)  # as `graph_function`
 
     def _search_batch(self, source_ids, prefix):
         """The whole batch: (B, max_input_length) ids and prefixes, trimmed to the batch's

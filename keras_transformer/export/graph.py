@@ -40,6 +40,15 @@ MAX_ROWS = 1024
 SCORE_POSITIONS_PER_ROW = 16
 
 
+def graph_function(function=None, **options):
+    """`tf.function` without AutoGraph, for the export's signatures and searches (a decorator,
+    with or without options). Their loops and branches are written as ops (the searches are
+    `keras.ops` code that JAX runs too), so AutoGraph has nothing to convert; it only wraps
+    each call it meets while tracing, and that cost a quarter of an export's time (30 against
+    22 s for a tiny model's SavedModel; the saved graph is the same, node for node)."""
+    return tf.function(function, autograph=False, **options)
+
+
 class ExportError(InputError):
     """An export that cannot be done as asked (existing version, bad option)."""
 
@@ -270,7 +279,7 @@ def xla_search_ids(model, beam_size, max_input_length, width_step=XLA_WIDTH_STEP
     (batch size, width bucket) and then reuses it.
     """
 
-    @tf.function(jit_compile=True)
+    @graph_function(jit_compile=True)
     def search(ids, alpha, empty):
         result = translate_beam(model, ids, beam_size, alpha, num_hypotheses=1,
                                 empty_rows=empty, static=True)

@@ -49,7 +49,7 @@ from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export import batching as batching_module, text_signatures
 from keras_transformer.export.batching import Batching, BatchedSearch
 from keras_transformer.export.graph import (
-    MAX_ROWS, ExportError, nbest_ids, search_ids, xla_search_ids)
+    MAX_ROWS, ExportError, graph_function, nbest_ids, search_ids, xla_search_ids)
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class IdsTranslatorModule(tf.Module):
 
     # The signatures are made per module, so that their default inputs are this export's.
     def _translate_ids_function(self):
-        @tf.function(input_signature=[SOURCE_IDS, text_signatures.option("beam_size"),
+        @graph_function(input_signature=[SOURCE_IDS, text_signatures.option("beam_size"),
                                       text_signatures.option("alpha")])
         def translate_ids(source_ids, beam_size=tf.constant(self.beam_size),
                           alpha=tf.constant(self.alpha)):
@@ -119,7 +119,7 @@ class IdsTranslatorModule(tf.Module):
         return translate_ids
 
     def _translate_ids_xla_function(self):
-        @tf.function(input_signature=[SOURCE_IDS, text_signatures.option("alpha")])
+        @graph_function(input_signature=[SOURCE_IDS, text_signatures.option("alpha")])
         def translate_ids_xla(source_ids, alpha=tf.constant(self.alpha)):
             ids, scores = self._xla_search(source_ids, alpha)
             return {"ids": ids, "scores": scores}
@@ -176,7 +176,7 @@ class TranslatorModule(IdsTranslatorModule):
         # serving_default and translate_nbest call one traced function: the search (its
         # prefix, constraint and batching branches) is traced and saved once, not per
         # signature.
-        self._parts.nbest = tf.function(self._search_nbest, input_signature=[
+        self._parts.nbest = graph_function(self._search_nbest, input_signature=[
             tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32),
             tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
             tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)])

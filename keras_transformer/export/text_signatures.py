@@ -40,7 +40,7 @@ import tensorflow as tf
 from keras_transformer.decoding.search.alignment import align_ids, pharaoh_graph, starts_word_table
 from keras_transformer.decoding.request import DEFAULTS, signature_input
 from keras_transformer.export.graph import (
-    normalize_text, sample_ids, score_target_ids)
+    graph_function, normalize_text, sample_ids, score_target_ids)
 from keras_transformer.export.languages import (
     TARGET_LANGUAGE, default_language, tagged_sentences, untag_alignments)
 from pipelines.special_ids import EOS_ID, PAD_ID
@@ -141,7 +141,7 @@ def serving_default(module):
         return outputs
 
     if module.languages:
-        @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"),
+        @graph_function(input_signature=[SENTENCES, option("beam_size"), option("alpha"),
                                       PREFIXES, CONSTRAINTS, TARGET_LANGUAGE])
         def serve_languages(sentences, beam_size=tf.constant(module.beam_size),
                             alpha=tf.constant(module.alpha),
@@ -153,7 +153,7 @@ def serving_default(module):
 
         return serve_languages
 
-    @tf.function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES,
+    @graph_function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES,
                                   CONSTRAINTS])
     def serve(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string),
@@ -181,7 +181,7 @@ def translate_nbest(module):
     specs = [SENTENCES, option("beam_size"), option("alpha"),
              tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES, CONSTRAINTS]
     if module.languages:
-        @tf.function(input_signature=specs + [TARGET_LANGUAGE])
+        @graph_function(input_signature=specs + [TARGET_LANGUAGE])
         def nbest_languages(sentences, beam_size=tf.constant(module.beam_size),
                             alpha=tf.constant(module.alpha),
                             num_hypotheses=tf.constant(module.beam_size),
@@ -193,7 +193,7 @@ def translate_nbest(module):
 
         return nbest_languages
 
-    @tf.function(input_signature=specs)
+    @graph_function(input_signature=specs)
     def nbest(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
               prefixes=tf.constant(NO_PREFIXES, tf.string),
@@ -214,7 +214,7 @@ def sample(module):
     specs = [SENTENCES, option("num_samples"), option("top_k"), option("top_p"),
              option("temperature"), option("seed"), PREFIXES]
     if module.languages:
-        @tf.function(input_signature=specs + [TARGET_LANGUAGE])
+        @graph_function(input_signature=specs + [TARGET_LANGUAGE])
         def sample_languages(sentences, num_samples=default("num_samples"),
                              top_k=default("top_k"), top_p=default("top_p"),
                              temperature=default("temperature"), seed=default("seed"),
@@ -225,7 +225,7 @@ def sample(module):
 
         return sample_languages
 
-    @tf.function(input_signature=specs)
+    @graph_function(input_signature=specs)
     def sample_fn(sentences, num_samples=default("num_samples"), top_k=default("top_k"),
                   top_p=default("top_p"), temperature=default("temperature"),
                   seed=default("seed"), prefixes=tf.constant(NO_PREFIXES, tf.string)):
@@ -245,13 +245,13 @@ def score(module):
     specs = [tf.TensorSpec([None], tf.string, name="sources"),
              tf.TensorSpec([None], tf.string, name="targets")]
     if module.languages:
-        @tf.function(input_signature=specs + [TARGET_LANGUAGE])
+        @graph_function(input_signature=specs + [TARGET_LANGUAGE])
         def score_languages(sources, targets, target_language=default_language(module)):
             return body(tagged_sentences(module, sources, target_language), targets)
 
         return score_languages
 
-    @tf.function(input_signature=specs)
+    @graph_function(input_signature=specs)
     def score_fn(sources, targets):
         return body(sources, targets)
 

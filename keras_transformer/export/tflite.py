@@ -18,7 +18,7 @@ from keras_transformer.decoding.search.rules import trim
 from keras_transformer.decoding.search.greedy import translate_greedy
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import MAX_LENGTH
-from keras_transformer.export.graph import ExportError, prepare_ids
+from keras_transformer.export.graph import ExportError, graph_function, prepare_ids
 from keras_transformer.export.saved_model import as_when_saving
 from keras_transformer.runs.run import remove_stale_temporaries, write_bytes
 from pipelines.files import no_space, no_space_error
@@ -45,7 +45,7 @@ class TFLiteTranslator(tf.Module):
         self.beam_size, self.alpha = int(beam_size), float(alpha)
         self.max_input_length = max_input_length
 
-    @tf.function(input_signature=[tf.TensorSpec([1, None], tf.int32, name="source_ids")])
+    @graph_function(input_signature=[tf.TensorSpec([1, None], tf.int32, name="source_ids")])
     def translate(self, source_ids):
         model = self._parts.model
         ids, empty = prepare_ids(source_ids, self.max_input_length)
