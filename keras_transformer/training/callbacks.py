@@ -194,7 +194,7 @@ class Validation(keras.callbacks.Callback):
                 lambda s: tf.TensorSpec(None if s.shape.rank is None else [None] * s.shape.rank,
                                       s.dtype), part) for part in spec]
 
-            @tf.function(input_signature=signature, reduce_retracing=True)
+            @tf.function(input_signature=signature, reduce_retracing=True, autograph=False)
             def step(inputs, labels):
                 return self._sums(model(inputs, training=False), labels)
 
