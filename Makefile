@@ -25,14 +25,18 @@ demo: $(STAMP)
 # worker, so its fixtures are built once). Three on a 2-core machine: the tests spend part of
 # their time waiting on child processes and on the disk (exports, checkpoints), and a third
 # worker fills those waits (two workers kept the CPUs 171% busy of 200%).
-# `PYTEST_WORKERS=0` runs them in one process.
+# The fast subset waits on few child processes, so it runs on two workers, one per core
+# (2 workers 1 min 53 s against 3 workers 2 min 9 s; the tests run TensorFlow on one thread
+# each: tests/conftest.py). `PYTEST_WORKERS=0` (`PYTEST_FAST_WORKERS=0`) runs them in one
+# process.
 PYTEST_WORKERS ?= 3
+PYTEST_FAST_WORKERS ?= 2
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile tests
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" tests
+	$(BIN)/python -m pytest -q -n $(PYTEST_FAST_WORKERS) --dist loadfile -m "not slow" tests
 
 # The fast subset under coverage: the lines it runs in each module.
 coverage-fast: $(STAMP)

@@ -269,6 +269,7 @@ def test_the_saved_model_serves_a_request_that_mixes_languages(multi_run, tmp_pa
     assert "target_language must be one of fr, de" in answers["unknown"]
 
 
+@pytest.mark.slow  # a CTranslate2 export and eight scorers (test_ctranslate2.py keeps one fast)
 def test_the_ctranslate2_export_scores_every_pair_as_the_keras_engine(multi_run, tmp_path):
     pytest.importorskip("ctranslate2")
     from keras_transformer import export

@@ -61,6 +61,7 @@ def translate(tiny_run, *flags):
     return cli.main(["translate", "--run-dir", str(tiny_run), *precision, *flags])
 
 
+@pytest.mark.slow  # three translate commands, each compiling its search (13 s of make test-fast)
 def test_constraints_and_a_glossary_appear_in_the_translations(tiny_run, inputs, capsys):
     folder = inputs["folder"]
     assert translate(tiny_run, "--input", inputs["plain"], "--output",
