@@ -21,7 +21,7 @@ $(STAMP): setup.py
 demo: $(STAMP)
 	$(BIN)/keras-transformer demo
 
-# The full suite and the fast subset on three pytest workers (each test file stays on one
+# The full suite on three pytest workers, the fast subset on two (each test file stays on one
 # worker, so its fixtures are built once). Three on a 2-core machine: the tests spend part of
 # their time waiting on child processes and on the disk (exports, checkpoints), and a third
 # worker fills those waits (two workers kept the CPUs 171% busy of 200%).
