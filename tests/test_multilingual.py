@@ -253,7 +253,7 @@ def test_the_target_language_input_through_a_tf1_session(tmp_path):
         tagged(target_language=["fr", "de"])
 
 
-@pytest.mark.slow  # the export alone takes about 30 s of CPU (every signature traced)
+@pytest.mark.slow  # the export alone takes about 17 s of CPU (every signature traced)
 def test_the_saved_model_serves_a_request_that_mixes_languages(multi_run, tmp_path):
     from keras_transformer import export
 
