@@ -109,7 +109,7 @@ class IdsTranslatorModule(tf.Module):
     # The signatures are made per module, so that their default inputs are this export's.
     def _translate_ids_function(self):
         @graph_function(input_signature=[SOURCE_IDS, text_signatures.option("beam_size"),
-                                      text_signatures.option("alpha")])
+                                         text_signatures.option("alpha")])
         def translate_ids(source_ids, beam_size=tf.constant(self.beam_size),
                           alpha=tf.constant(self.alpha)):
             ids, scores = search_ids(self.model, source_ids, beam_size, alpha,

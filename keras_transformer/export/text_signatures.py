@@ -142,7 +142,7 @@ def serving_default(module):
 
     if module.languages:
         @graph_function(input_signature=[SENTENCES, option("beam_size"), option("alpha"),
-                                      PREFIXES, CONSTRAINTS, TARGET_LANGUAGE])
+                                         PREFIXES, CONSTRAINTS, TARGET_LANGUAGE])
         def serve_languages(sentences, beam_size=tf.constant(module.beam_size),
                             alpha=tf.constant(module.alpha),
                             prefixes=tf.constant(NO_PREFIXES, tf.string),
@@ -154,7 +154,7 @@ def serving_default(module):
         return serve_languages
 
     @graph_function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES,
-                                  CONSTRAINTS])
+                                     CONSTRAINTS])
     def serve(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string),
               constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
