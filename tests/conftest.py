@@ -10,7 +10,7 @@ os.environ.setdefault("KERAS_TRANSFORMER_XLA_CACHE", "off")
 # One TensorFlow thread per pool in each test process (and the child processes the tests
 # start): `make test` runs three workers on two cores, and TensorFlow's default pools (one
 # thread per core each, spinning while they wait for work) fought over the cores; one
-# thread each took 11% less CPU and wall time over six files (docs/testing.md).
+# thread each took 18% less CPU over the whole suite (docs/testing.md).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 

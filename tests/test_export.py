@@ -321,7 +321,7 @@ def test_prepare_ids_truncates_long_rows_and_flags_empty_ones():
 
 def test_the_export_traces_its_functions_without_autograph():
     """Every function the export traces goes through `graph.graph_function` (AutoGraph off:
-    a quarter of an export's time, nothing converted), and the batch function says so too."""
+    40% of an export's time, nothing converted), and the batch function says so too."""
     import ast
     import pathlib
 
@@ -341,6 +341,7 @@ def test_the_export_traces_its_functions_without_autograph():
                     if keywords.get("autograph") is not False:
                         found.append(f"{path.name}:{node.lineno} batch function")
     assert not found, found
+
     def branch(x):  # a Python `if` on a tensor: only AutoGraph would make it a tf.cond
         return x + 1 if x[0] > 0 else x - 1
 
