@@ -97,9 +97,13 @@ class BatchedSearch:
         beam_size, alpha: the export's defaults: the options of every batched search.
         max_input_length, max_rows: the module's (truncation; rows one search may hold).
         batching: a `Batching`.
+        unconstrained: the module's search of a request without constraints
+            (`graph.unconstrained_search`), which the batches and the requests searched alone
+            both call; None: each traces its own.
     """
 
-    def __init__(self, model, beam_size, alpha, max_input_length, max_rows, batching):
+    def __init__(self, model, beam_size, alpha, max_input_length, max_rows, batching,
+                 unconstrained=None):
         if batching.max_rows * beam_size > max_rows:
             raise ExportError(
                 f"batch max rows {batching.max_rows} x beam_size {beam_size} must be at most "
@@ -107,6 +111,7 @@ class BatchedSearch:
         self.model, self.beam_size, self.alpha = model, int(beam_size), float(alpha)
         self.max_input_length, self.max_rows = max_input_length, max_rows
         self.batching = batching
+        self.unconstrained = unconstrained
         # The batcher is a resource named after this scope in the loading process's resource
         # manager: unique per export, so that two models loaded in one process (one
         # tf.saved_model.load each) never share a queue.
@@ -121,6 +126,9 @@ class BatchedSearch:
         widest row, searched with the export's options; the whole beam kept."""
         source_ids, prefix = _at_least_one_column(trim(source_ids)), _at_least_one_column(
             trim(prefix))
+        if self.unconstrained is not None:
+            return self.unconstrained(source_ids, self.beam_size, self.alpha, self.beam_size,
+                                      prefix)
         return nbest_ids(self.model, source_ids, self.beam_size, self.alpha, self.beam_size,
                          self.max_input_length, self.max_rows, prefix)
 
@@ -149,7 +157,8 @@ class BatchedSearch:
 
         def alone():
             return nbest_ids(self.model, source_ids, beam_size, alpha, num_hypotheses,
-                             self.max_input_length, self.max_rows, prefix, constraints)
+                             self.max_input_length, self.max_rows, prefix, constraints,
+                             self.unconstrained)
 
         return tf.cond(batched, in_a_batch, alone)
 

@@ -175,21 +175,27 @@ def check_constraints(constraints, sentences, beam_size, max_phrase_tokens):
 
 
 def search_ids(model, source_ids, beam_size, alpha, max_input_length, max_rows=MAX_ROWS,
-               prefix=None, constraints=None):
+               prefix=None, constraints=None, unconstrained=None):
     """Best hypothesis per row: (ids (N, T) int32, scores (N,) float32); empty rows give EOS.
     prefix: (N, P) int32 ids each output starts with (rows of 0: none); constraints: (N, C, L)
-    int32 phrases every output holds (all 0: none; `check_constraints`)."""
+    int32 phrases every output holds (all 0: none; `check_constraints`); unconstrained: as
+    for `nbest_ids`."""
     ids, scores = nbest_ids(model, source_ids, beam_size, alpha, 1, max_input_length, max_rows,
-                            prefix, constraints)
+                            prefix, constraints, unconstrained)
     return ids[:, 0, :], scores[:, 0]
 
 
 def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_length,
-              max_rows=MAX_ROWS, prefix=None, constraints=None):
+              max_rows=MAX_ROWS, prefix=None, constraints=None, unconstrained=None):
     """The num_hypotheses best of the beam per row: (ids (N, H, T), scores (N, H)), best first.
 
     An empty row gives EOS with score 0 first; places the search's pool did not fill (and an
     empty row's others) hold no tokens and the score NEG_INF (-1e9).
+
+    unconstrained: the search of a request without constraints, `(source_ids, beam_size,
+    alpha, num_hypotheses, prefix (N, P)) -> (ids, scores)`: an export's traced function that
+    all its beam searches call (`unconstrained_search`), so that the graph holds it once;
+    None: traced here.
     """
     source_ids, beam_size, alpha, num_hypotheses, prefix = check_nbest_request(
         source_ids, beam_size, alpha, num_hypotheses, prefix, max_rows)
@@ -198,17 +204,39 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
     ids, empty = prepare_ids(source_ids, max_input_length)
 
     def search(constraints=None):
-        # A request without prefixes runs the search without their per-step masking.
+        # Without constraints, a request without prefixes runs the search without their
+        # per-step masking (a cond); with them, the masked search runs either way (a row of
+        # zeros is no prefix: it finds the same), so that it is traced once.
         result = translate_beam(model, ids, beam_size, alpha, prefix=prefix,
                                 num_hypotheses=num_hypotheses, empty_rows=empty,
-                                optional_prefix=True, constraints=constraints)
+                                optional_prefix=constraints is None, constraints=constraints)
         return result["ids"], result["scores"]
 
+    def without_constraints():
+        if unconstrained is None:
+            return search()
+        given = tf.zeros([tf.shape(source_ids)[0], 1], tf.int32) if prefix is None else prefix
+        return unconstrained(source_ids, beam_size, alpha, num_hypotheses, given)
+
     if constraints is None:
-        return search()
+        return without_constraints()
     # A request without constraints runs today's search, without their bookkeeping.
     return tf.cond(tf.reduce_any(tf.not_equal(constraints, PAD_ID)),
-                   lambda: search(constraints), search)
+                   lambda: search(constraints), without_constraints)
+
+
+def unconstrained_search(model, max_input_length, max_rows=MAX_ROWS):
+    """`nbest_ids` without constraints as one traced function (`graph_function`), for the
+    `unconstrained` argument: an export's signatures and its batched search call it, so that
+    the search (with its prefix branch) is traced and saved once, not once per caller."""
+    def search(source_ids, beam_size, alpha, num_hypotheses, prefix):
+        return nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_length,
+                         max_rows, prefix)
+
+    return graph_function(search, input_signature=[
+        tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([None, None], tf.int32)])
 
 
 def check_nbest_request(source_ids, beam_size, alpha, num_hypotheses, prefix=None,
