@@ -262,3 +262,19 @@ def test_constraints_are_served_as_the_translator_meets_them(served, translator)
     assert features[0]["translations"] == translator.translate(SENTENCES)
     assert hostile[-3]["translations"] == translator.translate(SENTENCES[:2])
     assert all("DOG" in text for text in hostile[-1]["translations"][0])
+
+
+@pytest.mark.slow
+def test_the_export_holds_each_search_loop_once(toy_saved_model):
+    """Every signature that beam-searches without constraints calls one traced search
+    (`graph.unconstrained_search`): the saved graph holds five search loops, not one set per
+    caller (nine before, and an export twice as slow to trace and load)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel.FromString(
+        (toy_saved_model / "saved_model.pb").read_bytes())
+    loops = [node.op for function in proto.meta_graphs[0].graph_def.library.function
+             for node in function.node_def if node.op in ("While", "StatelessWhile")]
+    # The unconstrained beam search with and without prefix masking, the constrained one,
+    # sampling and translate_ids_xla's.
+    assert len(loops) == 5, loops
