@@ -99,11 +99,11 @@ class BatchedSearch:
         batching: a `Batching`.
         unconstrained: the module's search of a request without constraints
             (`graph.unconstrained_search`), which the batches and the requests searched alone
-            both call; None: each traces its own.
+            both call.
     """
 
     def __init__(self, model, beam_size, alpha, max_input_length, max_rows, batching,
-                 unconstrained=None):
+                 unconstrained):
         if batching.max_rows * beam_size > max_rows:
             raise ExportError(
                 f"batch max rows {batching.max_rows} x beam_size {beam_size} must be at most "
@@ -126,11 +126,8 @@ class BatchedSearch:
         widest row, searched with the export's options; the whole beam kept."""
         source_ids, prefix = _at_least_one_column(trim(source_ids)), _at_least_one_column(
             trim(prefix))
-        if self.unconstrained is not None:
-            return self.unconstrained(source_ids, self.beam_size, self.alpha, self.beam_size,
-                                      prefix)
-        return nbest_ids(self.model, source_ids, self.beam_size, self.alpha, self.beam_size,
-                         self.max_input_length, self.max_rows, prefix)
+        return self.unconstrained(source_ids, self.beam_size, self.alpha, self.beam_size,
+                                  prefix)
 
     def __call__(self, source_ids, beam_size, alpha, num_hypotheses, prefix, constraints=None):
         """As `graph.nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, ...,

@@ -197,6 +197,9 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
     all its beam searches call (`unconstrained_search`), so that the graph holds it once;
     None: traced here.
     """
+    if constraints is None and unconstrained is not None:  # it checks the request itself
+        return unconstrained(source_ids, beam_size, alpha, num_hypotheses,
+                             _prefix_or_none(prefix, source_ids))
     source_ids, beam_size, alpha, num_hypotheses, prefix = check_nbest_request(
         source_ids, beam_size, alpha, num_hypotheses, prefix, max_rows)
     constraints = check_constraints(constraints, tf.shape(source_ids)[0], beam_size,
@@ -215,14 +218,21 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
     def without_constraints():
         if unconstrained is None:
             return search()
-        given = tf.zeros([tf.shape(source_ids)[0], 1], tf.int32) if prefix is None else prefix
-        return unconstrained(source_ids, beam_size, alpha, num_hypotheses, given)
+        return unconstrained(source_ids, beam_size, alpha, num_hypotheses,
+                             _prefix_or_none(prefix, source_ids))
 
     if constraints is None:
-        return without_constraints()
+        return search()
     # A request without constraints runs today's search, without their bookkeeping.
     return tf.cond(tf.reduce_any(tf.not_equal(constraints, PAD_ID)),
                    lambda: search(constraints), without_constraints)
+
+
+def _prefix_or_none(prefix, source_ids):
+    """The prefix, or (N, 1) zeros (no prefix for any row) where there is none."""
+    if prefix is not None:
+        return prefix
+    return tf.zeros([tf.shape(source_ids)[0], 1], tf.int32)
 
 
 def unconstrained_search(model, max_input_length, max_rows=MAX_ROWS):
