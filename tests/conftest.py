@@ -17,6 +17,9 @@ os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
+# `--cpu-report FILE`: CPU seconds per test (tests/cpu_report.py).
+pytest_plugins = ["tests.cpu_report"]
+
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -137,11 +140,42 @@ def runtime_preset():
     presets.PRESETS.pop(RUNTIME_PRESET, None)
 
 
+def _session_folder(tmp_path_factory):
+    """A folder all workers of this test session share: under pytest-xdist, the parent of
+    the workers' own base folders (one per `pytest` command); else this process's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def made_once(tmp_path_factory, name, make):
+    """`make(folder)` run by the first worker of the session that asks for `name`; the
+    others wait for it (a file lock) and get the same folder. `make` must leave nothing a
+    test changes: tests that change what it made work on a copy."""
+    import fcntl
+
+    folder = _session_folder(tmp_path_factory) / "made-once" / name
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = folder.parent / f"{name}.done"
+        if not done.exists():
+            if folder.exists():  # a worker that failed half-way: start again
+                import shutil
+
+                shutil.rmtree(folder)
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def toy_corpus(tmp_path_factory):
+    """The toy corpus (tests/training_helpers.py), written once per test session and read by
+    every worker (the same paths, so that runs trained on it agree on their data)."""
     from tests.training_helpers import write_corpus
 
-    return write_corpus(tmp_path_factory.mktemp("toy-corpus"))
+    folder = made_once(tmp_path_factory, "toy-corpus", write_corpus)
+    return {name: folder / name for name in ("train.src", "train.tgt", "dev.src", "dev.tgt")}
 
 
 def toy_config(corpus, output_dir, **overrides):
@@ -161,12 +195,18 @@ def toy_config(corpus, output_dir, **overrides):
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory, toy_corpus, runtime_preset):
-    """A run of the runtime preset trained in this process to step 20 (checkpoints at 10 and
-    20). Tests that change it work on a copy (`run_copy`)."""
+    """A run of the runtime preset trained to step 20 (checkpoints at 10 and 20), by the
+    first worker of the session that needs it; each worker gets a copy of its own (a run has
+    one writer at a time: two workers exporting one run would refuse each other). Tests that
+    change it work on a copy (`run_copy`)."""
+    import shutil
+
     from keras_transformer.training import train
 
+    trained = made_once(tmp_path_factory, "tiny-run",
+                        lambda folder: train(toy_config(toy_corpus, folder)))
     run_dir = tmp_path_factory.mktemp("tiny-run") / "run"
-    train(toy_config(toy_corpus, run_dir))
+    shutil.copytree(trained, run_dir)
     return run_dir
 
 
