@@ -12,6 +12,7 @@ INSTALL_REQUIRES = [
     "sacrebleu==2.6.0",
     "sacremoses==0.2.0",  # the Multi30k literature's BLEU convention (Moses tokenization)
     "tensorboard==2.21.0",
+    "tensorflow-serving-api==2.21.0",  # the SavedModel's warm-up records (PredictionLog)
     "sentencepiece==0.2.3",
     "numpy>=1.26,<3",
     "pyyaml==6.0.3",

@@ -21,6 +21,25 @@ def signature_defs(export_dir):
     return dict(proto.meta_graphs[0].signature_def)
 
 
+def warmup_requests(export_dir):
+    """[(signature name, {input: numpy value})] of an export's warm-up records
+    (assets.extra/tf_serving_warmup_requests: PredictionLog TFRecords, tensorflow-serving-api),
+    in their order; [] when it has none."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    path = pathlib.Path(export_dir) / "assets.extra" / "tf_serving_warmup_requests"
+    if not path.is_file():
+        return []
+    requests = []
+    for record in tf.compat.v1.io.tf_record_iterator(str(path)):
+        request = prediction_log_pb2.PredictionLog.FromString(record).predict_log.request
+        requests.append((request.model_spec.signature_name,
+                         {alias: tf.make_ndarray(tensor)
+                          for alias, tensor in request.inputs.items()}))
+    return requests
+
+
 def request_feeds(signature, inputs):
     """[(input alias, TensorInfo, value)] for every input of `signature` (a SignatureDef): the
     request's value, else the SignatureDef's default, as TF Serving's Predict handler does
@@ -69,6 +88,7 @@ class PredictHandler:
         import tensorflow as tf
         import tensorflow_text  # noqa: F401  (registers the sentencepiece ops)
 
+        self.export_dir = export_dir
         self.graph = tf.Graph()
         self.session = tf.compat.v1.Session(graph=self.graph, config=tf.compat.v1.ConfigProto(
             intra_op_parallelism_threads=intra_op_threads,
@@ -91,6 +111,16 @@ class PredictHandler:
         feed = {info.name: value for _, info, value in request_feeds(signature, inputs)}
         values = self.session.run([signature.outputs[a].name for a in aliases], feed)
         return dict(zip(aliases, values))
+
+    def warm_up(self):
+        """Runs the export's warm-up records in turn, as TF Serving does when it loads a
+        version (a failing one fails the load there: PredictError here); returns the
+        signature names run."""
+        names = []
+        for name, inputs in warmup_requests(self.export_dir):
+            self.predict(inputs, name)
+            names.append(name)
+        return names
 
 
 class FunctionHandler:

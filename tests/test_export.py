@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import pathlib
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 import sacrebleu
 
 from keras_transformer import export
+from keras_transformer.export import warmup
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import RunError
 from keras_transformer.runs.run import TEMPORARY_PREFIX
@@ -21,6 +23,7 @@ from tests.conftest import RUNTIME_CLI
 from tests.training_helpers import run_python
 
 SENTENCES = 48
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 # Runs in a fresh interpreter: only tensorflow and tensorflow_text may be imported.
 FRESH_PROCESS = textwrap.dedent("""
@@ -269,8 +272,14 @@ def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(tiny_run,
     marker = first / "marker"
     marker.write_text("old")
     export.export_run(tiny_run, output_dir=base, name="m", version=3, overwrite=True,
-                      ids_only=True)
+                      ids_only=True, warmup=False)
     assert not marker.exists() and (first / "saved_model.pb").is_file()
+    assert not (first / "assets.extra" / warmup.FILENAME).exists()  # --no-warmup
+    # The module's ids-only export (warm-up on by default) warms translate_ids alone.
+    sys.path.insert(0, str(BENCHMARKS))
+    from tf_serving import warmup_requests
+
+    assert [name for name, _ in warmup_requests(ids_only_model)] == ["translate_ids"]
 
     command = [sys.executable, *RUNTIME_CLI, "export", "--run-dir", str(tiny_run),
                "--output-dir", str(base), "--name", "m", "--ids-only"]

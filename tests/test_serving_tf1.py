@@ -65,6 +65,7 @@ FRESH_PROCESS = textwrap.dedent("""
         return {"alone": alone, "together": together}
 
     handler = PredictHandler(directory)
+    warmed = handler.warm_up()  # the export's warm-up records, as TF Serving runs them at load
     answers = []
     for name, inputs in json.load(open(requests, encoding="utf-8")):
         try:
@@ -77,7 +78,8 @@ FRESH_PROCESS = textwrap.dedent("""
                   for name, s in handler.signatures.items()}
     ours = sorted(m for m in sys.modules if m.split(".")[0] in ("keras_transformer", "pipelines"))
     json.dump({"answers": answers, "signatures": signatures, "eager": tf.executing_eagerly(),
-               "modules": ours, "threaded": threaded_answers(handler, threaded, int(rounds))},
+               "modules": ours, "warmed": warmed,
+               "threaded": threaded_answers(handler, threaded, int(rounds))},
               open(output, "w", encoding="utf-8"))
 """)
 
@@ -140,6 +142,34 @@ def test_a_request_of_sentences_only_gets_the_signature_defaults(served, toy_tra
     texts, scores = _best(toy_translators[2].translate(SENTENCES, nbest=True))
     assert served["answers"][4]["translations"] == texts
     np.testing.assert_allclose(served["answers"][4]["scores"], scores, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_session_runs_the_exports_warm_up_requests_first(served, exports):
+    """The default export's assets.extra/tf_serving_warmup_requests: one request per
+    signature a CPU server runs (not translate_ids_xla), every input given (the signature's
+    default, or a sentence and its ids), replayed through the Session before the requests
+    above, which then get the answers the other tests check."""
+    import tensorflow as tf
+
+    from keras_transformer.export.warmup import SENTENCE
+
+    sys.path.insert(0, str(BENCHMARKS))
+    from tf_serving import signature_defs, warmup_requests
+
+    names = ["sample", "score", "serving_default", "translate_ids", "translate_nbest"]
+    assert served["warmed"] == names
+    signatures = signature_defs(exports["saved_model"])
+    for name, inputs in warmup_requests(exports["saved_model"]):
+        assert sorted(inputs) == sorted(signatures[name].inputs), name
+        for alias, value in inputs.items():
+            if alias in signatures[name].defaults:
+                default = tf.make_ndarray(signatures[name].defaults[alias])
+                assert value.tolist() == default.tolist(), (name, alias)
+            elif value.dtype == object:
+                assert value.tolist() == [SENTENCE.encode("utf-8")]
+            else:  # translate_ids: the sentence's subword ids, EOS last
+                assert value.shape[0] == 1 and value.shape[1] > 2 and value[0, -1] == 2
 
 
 @pytest.mark.slow

@@ -51,7 +51,8 @@ def export(args):
             overwrite=args.overwrite, ids_only=args.ids_only, decoder=decoder,
             batching=None if args.no_batching else Batching(
                 max_rows=args.batch_max_rows, timeout_ms=args.batch_timeout_ms,
-                num_threads=args.batch_threads))
+                num_threads=args.batch_threads),
+            warmup=not args.no_warmup)
     print(f"exported {args.format} to {path}")
 
 
@@ -129,6 +130,10 @@ def register(commands):
                         "leaves idle between its small ops)")
     parser.add_argument("--no-batching", action="store_true",
                         help="SavedModel: search each request alone (no BatchFunction op)")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="SavedModel: without assets.extra/tf_serving_warmup_requests, the "
+                        "request per signature that TensorFlow Serving runs when it loads the "
+                        "version (else the first client of each signature waits seconds)")
     parser.set_defaults(run=export)
 
     parser = commands.add_parser(

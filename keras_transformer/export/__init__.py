@@ -4,6 +4,7 @@ CTranslate2 folder (run by `decoding.engines.ctranslate2`).
     graph.py         the exported graphs around decoding's search bodies (request checks)
     batching.py      concurrent requests searched together in the graph (BatchFunction)
     saved_model.py   SavedModel: the text signatures and translate_ids (ids) signatures
+    warmup.py        TensorFlow Serving's warm-up records, one request per signature
     text_signatures.py  serving_default, translate_nbest, sample, score (text in, text out)
     tflite.py        TFLite: one sentence of ids -> ids, builtin ops, optional quantization
     ct2.py           CTranslate2: the weights as its TransformerSpec, float32/int8/float16
@@ -37,7 +38,7 @@ QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
 def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_DIR,
                name=None, version=None, overwrite=False, beam_size=None, alpha=None,
                model_file=None, ids_only=False, alignments=False, decoder=None,
-               batching=Batching()):
+               batching=Batching(), warmup=True):
     """Exports a training run; returns the path written.
 
     SavedModel: OUTPUT_DIR/NAME/VERSION/. TFLite: OUTPUT_DIR/NAME/tflite/*.tflite.
@@ -51,6 +52,7 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
     `decoder`: the export command's resolved request (`Decoder.from_flags`), instead of
     `model_file`, `beam_size`, `alpha` and `alignments`. `batching` (SavedModel): a
     `Batching`, the in-graph batching of concurrent requests (`export.batching`), or None.
+    `warmup` (SavedModel): write TensorFlow Serving's warm-up records (`export.warmup`).
     """
     if format not in FORMATS:
         raise ExportError(f"format={format!r} must be one of {', '.join(FORMATS)}.")
@@ -91,6 +93,7 @@ def export_run(run_dir, format="savedmodel", quantize="none", output_dir=EXPORT_
         return export_saved_model(model, tokenizer, base_dir, version, overwrite,
                                   max_input_length, ids_only, choice.beam_size, choice.alpha,
                                   alignments=alignments, batching=batching,
-                                  languages=run.config.target_languages or ())
+                                  languages=run.config.target_languages or (),
+                                  warmup=warmup)
     return export_tflite(model, tokenizer, base_dir / "tflite", quantize, choice.beam_size,
                          choice.alpha, max_input_length, overwrite)

@@ -48,6 +48,7 @@ from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export import batching as batching_module, text_signatures
 from keras_transformer.export.batching import Batching, BatchedSearch
+from keras_transformer.export.warmup import write_warmup_requests
 from keras_transformer.export.graph import (
     MAX_ROWS, ExportError, graph_function, nbest_ids, search_ids, unconstrained_search,
     xla_search_ids)
@@ -250,7 +251,8 @@ def existing_versions(base_dir):
 def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False,
                        max_input_length=MAX_LENGTH, ids_only=False,
                        beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
-                       max_rows=MAX_ROWS, alignments=False, batching=Batching(), languages=()):
+                       max_rows=MAX_ROWS, alignments=False, batching=Batching(), languages=(),
+                       warmup=True):
     """Writes a SavedModel to base_dir/<version>/ atomically; returns its path.
 
     Args:
@@ -268,6 +270,9 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
             assets.extra/batching_parameters.txt (`Batching.parameters_text`).
         languages: a run of several target languages: its targets, the first the default of
             the text signatures' `target_language` input.
+        warmup: write TensorFlow Serving's warm-up records, one request per signature
+            (assets.extra/tf_serving_warmup_requests, `export.warmup`), which it replays when
+            it loads the version, so that no client pays a signature's first run.
     """
     base_dir = pathlib.Path(base_dir)
     base_dir.mkdir(parents=True, exist_ok=True)
@@ -302,6 +307,8 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
         # cannot take); the same values as the graph's batcher, or its defaults.
         write_bytes(temporary / "assets.extra" / batching_module.FILENAME,
                     (batching or Batching()).parameters_text().encode("utf-8"))
+        if warmup:
+            write_warmup_requests(temporary, tokenizer)
     log.info("SavedModel written to %s in %.1f s", target, time.time() - start)
     return target
 
