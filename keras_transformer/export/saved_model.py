@@ -48,7 +48,7 @@ from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export import batching as batching_module, text_signatures
 from keras_transformer.export.batching import Batching, BatchedSearch
-from keras_transformer.export.warmup import write_warmup_requests
+from keras_transformer.export.warmup import saved_meta_graph, write_warmup_requests
 from keras_transformer.export.graph import (
     MAX_ROWS, ExportError, graph_function, nbest_ids, search_ids, unconstrained_search,
     xla_search_ids)
@@ -316,11 +316,7 @@ def export_saved_model(model, tokenizer, base_dir, version=None, overwrite=False
 def signature_op_types(saved_model_dir, signature="translate_ids"):
     """Op types a signature of a SavedModel runs, including those inside nested functions
     (while-loop bodies, partitioned calls)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString((pathlib.Path(saved_model_dir) / "saved_model.pb").read_bytes())
-    graph = proto.meta_graphs[0]
+    graph = saved_meta_graph(saved_model_dir)
     if signature not in graph.signature_def:
         raise ExportError(f"{saved_model_dir} has no signature {signature!r}; it has "
                           f"{', '.join(sorted(graph.signature_def))}.")

@@ -27,17 +27,14 @@ SENTENCE = "A short sentence warms the graph up ."
 SKIPPED = ("translate_ids_xla",)  # XLA: only on a server that compiles it (see above)
 
 
-def warmup_path(saved_model_dir):
-    return pathlib.Path(saved_model_dir) / "assets.extra" / FILENAME
-
-
-def signature_defs(saved_model_dir):
-    """{name: SignatureDef} of a SavedModel, read from its saved_model.pb (no loading)."""
+def saved_meta_graph(saved_model_dir):
+    """The MetaGraphDef of a SavedModel (its graph and SignatureDefs), read from its
+    saved_model.pb without loading it."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel.FromString(
         (pathlib.Path(saved_model_dir) / "saved_model.pb").read_bytes())
-    return dict(proto.meta_graphs[0].signature_def)
+    return proto.meta_graphs[0]
 
 
 def _value(name, signature_name, info, source_ids):
@@ -70,7 +67,7 @@ def warmup_logs(signatures, source_ids=(EOS_ID,)):
                 request.inputs[alias].CopyFrom(signature.defaults[alias])
             else:
                 request.inputs[alias].CopyFrom(tf.make_tensor_proto(
-                    _value(alias, name, info, list(source_ids))))
+                    _value(alias, name, info, source_ids)))
         logs.append(log)
     return logs
 
@@ -82,12 +79,11 @@ def write_warmup_requests(saved_model_dir, tokenizer=None):
     source_ids = [EOS_ID]
     if tokenizer is not None:
         source_ids = [int(i) for i in tokenizer.tokenize([SENTENCE])[0].numpy()] + [EOS_ID]
-    logs = warmup_logs(signature_defs(saved_model_dir), source_ids)
-    path = warmup_path(saved_model_dir)
+    logs = warmup_logs(dict(saved_meta_graph(saved_model_dir).signature_def), source_ids)
+    path = pathlib.Path(saved_model_dir) / "assets.extra" / FILENAME
     path.parent.mkdir(parents=True, exist_ok=True)
     # Inside the export's temporary folder, which is renamed when complete (atomic).
     with tf.io.TFRecordWriter(str(path)) as writer:
         for log in logs:
             writer.write(log.SerializeToString())
     return path
-
