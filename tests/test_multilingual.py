@@ -116,6 +116,7 @@ def test_pair_mixing_follows_the_temperature_and_keeps_every_pair():
 
 # -- training and decoding a run of two pairs -------------------------------------------------------
 
+@pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s): `make test` only
 def test_training_reports_each_pair_and_their_mean(multi_run):
     run_dir, summary = multi_run
     for name in ("en-fr", "en-de"):
@@ -137,6 +138,7 @@ def test_training_reports_each_pair_and_their_mean(multi_run):
     assert dev["loss"][0][1] == pytest.approx(mean)
 
 
+@pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s): `make test` only
 def test_translate_needs_a_target_and_names_the_choices(multi_run, capsys, tmp_path,
                                                          monkeypatch):
     run_dir, _ = multi_run
@@ -154,6 +156,7 @@ def test_translate_needs_a_target_and_names_the_choices(multi_run, capsys, tmp_p
     assert cli.main(common + ["--tgt-lang", "de"]) == 0 and output.is_file()
 
 
+@pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s): `make test` only
 def test_the_python_api_translates_into_the_language_asked(multi_run):
     from keras_transformer.decoding.engines.translator import Translator
 
@@ -170,6 +173,7 @@ def test_the_python_api_translates_into_the_language_asked(multi_run):
     assert scores[0]["tokens"] > 0
 
 
+@pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s): `make test` only
 def test_evaluate_scores_every_pair_in_one_table(multi_run, capsys):
     run_dir, _ = multi_run
     assert cli.main(["evaluate", "--run-dir", str(run_dir), "--split", "dev", "--beam",
@@ -313,6 +317,7 @@ def test_the_mixed_corpus_is_the_same_each_time_it_is_prepared(two_corpora, tmp_
     assert other.directory != prepared[0].directory  # another temperature: other data
 
 
+@pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s): `make test` only
 def test_a_student_learns_one_pair_of_a_teacher_of_several(multi_run, two_corpora, tmp_path,
                                                             capsys, monkeypatch):
     """The teacher translates that pair's training sources into its language; the student is
