@@ -275,8 +275,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
     def _split_heads(self, x, head_dim):
         # (B, T, H * D) -> (B, H, T, D)
-        batch, length = ops.shape(x)[0], ops.shape(x)[1]
-        x = ops.reshape(x, (batch, length, self.num_heads, head_dim))
+        x = on_rows.reshape(x, on_rows.leading(x) + (self.num_heads, head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
     def fused_weights(self, layers=None):
@@ -326,7 +325,7 @@ class MultiHeadAttention(keras.layers.Layer):
         grow_cache=False,
         fused_weights=None,
     ):
-        rows, length = ops.shape(query)[0], ops.shape(query)[1]
+        rows, length = on_rows.leading(query)
         if cache is not None and cache_index is None:
             keys, values = cache  # precomputed cross-attention keys/values, (B / R, H, S, d)
             # The R query rows of a cache row attend as one sequence of R x T queries: one
@@ -356,13 +355,14 @@ class MultiHeadAttention(keras.layers.Layer):
             return_weights=return_attention_scores,
         )  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
-        output = ops.reshape(output, (rows, length, self.num_heads * self.value_dim))
+        output = on_rows.reshape(output, (rows, length, self.num_heads * self.value_dim))
         output = on_rows.dense(self.output_dense, output)
 
         results = (output,)
         if return_attention_scores:
             if weights is not None and cache is not None and cache_index is None:
-                weights = _unfold_rows(weights, rows, length)  # (B, H, T, S)
+                weights = _unfold_rows(weights, on_rows.value(rows),
+                                       on_rows.value(length))  # (B, H, T, S)
             results += (weights,)
         if cache is not None:
             results += (cache,)

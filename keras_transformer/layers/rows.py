@@ -19,7 +19,7 @@ from keras import ops
 def matmul(inputs, kernel):
     """inputs (..., d) x kernel (d, units) on the (N, d) rows. Returns (..., units)."""
     rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
-    return ops.reshape(ops.matmul(rows, kernel), _leading(inputs) + (kernel.shape[-1],))
+    return reshape(ops.matmul(rows, kernel), leading(inputs) + (kernel.shape[-1],))
 
 
 def dense(layer, inputs):
@@ -32,6 +32,42 @@ def dense(layer, inputs):
     return outputs if layer.activation is None else layer.activation(outputs)
 
 
-def _leading(inputs):
-    shape = ops.shape(inputs)
-    return tuple(shape[i] for i in range(len(inputs.shape) - 1))
+def reshape(tensor, dims):
+    """`ops.reshape(tensor, dims)`, dims being Python ints (static sizes) and `size`s: a single
+    unknown size among positive ints becomes -1, so the graph holds no Shape, StridedSlice and
+    Pack ops for it (a decoding step runs a few dozen such reshapes); several are read from
+    their tensors' shapes."""
+    unknown = [i for i, dim in enumerate(dims) if isinstance(dim, Size)]
+    if len(unknown) == 1 and all(dim > 0 for dim in dims if isinstance(dim, int)):
+        return ops.reshape(tensor, tuple(-1 if isinstance(dim, Size) else dim for dim in dims))
+    return ops.reshape(tensor, tuple(value(dim) for dim in dims))
+
+
+class Size:
+    """An axis's size that has no static value, read from the graph only if needed (the
+    `Size`s of one tensor share one read of its shape)."""
+
+    def __init__(self, tensor, axis, shape=None):
+        self.axis, self._shape = axis, shape if shape is not None else [tensor, None]
+
+    def value(self):
+        if self._shape[1] is None:
+            self._shape[1] = ops.shape(self._shape[0])
+        return self._shape[1][self.axis]
+
+
+def size(tensor, axis, shape=None):
+    """tensor's size along axis: an int where static, else a `Size` (for `reshape`)."""
+    static = tensor.shape[axis]
+    return static if static is not None else Size(tensor, axis, shape)
+
+
+def value(dim):
+    """An int, or a `Size`'s value as a scalar tensor."""
+    return dim.value() if isinstance(dim, Size) else dim
+
+
+def leading(inputs):
+    """The sizes (`size`) of every axis of `inputs` but the last."""
+    shape = [inputs, None]
+    return tuple(size(inputs, i, shape) for i in range(len(inputs.shape) - 1))
