@@ -44,22 +44,34 @@ def reshape(tensor, dims):
 
 
 class Size:
-    """An axis's size that has no static value, read from the graph only if needed (the
-    `Size`s of one tensor share one read of its shape)."""
+    """An axis's size that has no static value: `value()` reads it from the graph, through a
+    `Shape` that the sizes of one tensor share (one read of its shape, made only if needed)."""
 
-    def __init__(self, tensor, axis, shape=None):
-        self.axis, self._shape = axis, shape if shape is not None else [tensor, None]
+    def __init__(self, shape, axis):
+        self.shape, self.axis = shape, axis
 
     def value(self):
-        if self._shape[1] is None:
-            self._shape[1] = ops.shape(self._shape[0])
-        return self._shape[1][self.axis]
+        return self.shape[self.axis]
+
+
+class Shape:
+    """A tensor's dynamic shape, read once, when first indexed."""
+
+    def __init__(self, tensor):
+        self.tensor, self._sizes = tensor, None
+
+    def __getitem__(self, axis):
+        if self._sizes is None:
+            self._sizes = ops.shape(self.tensor)
+        return self._sizes[axis]
 
 
 def size(tensor, axis, shape=None):
-    """tensor's size along axis: an int where static, else a `Size` (for `reshape`)."""
-    static = tensor.shape[axis]
-    return static if static is not None else Size(tensor, axis, shape)
+    """tensor's size along axis: an int where static, else a `Size` (for `reshape`); `shape`:
+    the tensor's `Shape`, where several sizes of it are taken."""
+    if tensor.shape[axis] is not None:
+        return tensor.shape[axis]
+    return Size(shape if shape is not None else Shape(tensor), axis)
 
 
 def value(dim):
@@ -69,5 +81,5 @@ def value(dim):
 
 def leading(inputs):
     """The sizes (`size`) of every axis of `inputs` but the last."""
-    shape = [inputs, None]
+    shape = Shape(inputs)
     return tuple(size(inputs, i, shape) for i in range(len(inputs.shape) - 1))
