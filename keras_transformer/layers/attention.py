@@ -273,9 +273,11 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense = dense(h * self.value_dim, "value", value_dim_in)
         self.output_dense = dense(output_dim, "output", h * self.value_dim)
 
-    def _split_heads(self, x, head_dim):
-        # (B, T, H * D) -> (B, H, T, D)
-        x = on_rows.reshape(x, on_rows.leading(x) + (self.num_heads, head_dim))
+    def _split_heads(self, x, head_dim, leading=None):
+        # (B, T, H * D) -> (B, H, T, D); leading: x's (B, T) sizes where known already
+        # (`rows.leading` of the projection's input, shared by its outputs)
+        leading = on_rows.leading(x) if leading is None else leading
+        x = on_rows.reshape(x, leading + (self.num_heads, head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
     def fused_weights(self, layers=None):
@@ -297,9 +299,7 @@ class MultiHeadAttention(keras.layers.Layer):
         outputs = on_rows.matmul(inputs, kernel)
         if bias is not None:
             outputs = outputs + bias
-        sizes = [layer.units for layer in layers]
-        splits = [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)]
-        return ops.split(outputs, splits, axis=-1)
+        return on_rows.split(outputs, [layer.units for layer in layers])
 
     def compute_key_value(self, value):
         """Projects `value` (B, S, d_model) into per-head keys and values.
@@ -310,8 +310,9 @@ class MultiHeadAttention(keras.layers.Layer):
             (keys (B, H, S, d_k), values (B, H, S, d_v)).
         """
         keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
-        return (self._split_heads(keys, self.key_dim),
-                self._split_heads(values, self.value_dim))
+        leading = on_rows.leading(value)
+        return (self._split_heads(keys, self.key_dim, leading),
+                self._split_heads(values, self.value_dim, leading))
 
     def call(
         self,
@@ -325,25 +326,28 @@ class MultiHeadAttention(keras.layers.Layer):
         grow_cache=False,
         fused_weights=None,
     ):
-        rows, length = on_rows.leading(query)
+        rows, length = query_sizes = on_rows.leading(query)
         if cache is not None and cache_index is None:
             keys, values = cache  # precomputed cross-attention keys/values, (B / R, H, S, d)
             # The R query rows of a cache row attend as one sequence of R x T queries: one
             # matrix product per head and source rather than R of a single query each.
-            query = ops.reshape(query, (ops.shape(keys)[0], -1, query.shape[-1]))
+            folded = (on_rows.size(keys, 0), -1)  # (B / R, R T)
+            query = on_rows.reshape(query, folded + (query.shape[-1],))
             queries = self._split_heads(on_rows.dense(self.query_dense, query),
-                                        self.key_dim)  # (B / R, H, R T, d_k)
+                                        self.key_dim, folded)  # (B / R, H, R T, d_k)
         else:
             if value is None:  # self-attention: Q, K and V in one matmul
                 queries, keys, values = self._fused_projection(
                     query, (self.query_dense, self.key_dense, self.value_dense),
                     fused_weights)
+                value_sizes = query_sizes
             else:
                 queries = on_rows.dense(self.query_dense, query)
                 keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
-            queries = self._split_heads(queries, self.key_dim)  # (B, H, T, d_k)
-            keys = self._split_heads(keys, self.key_dim)  # (B, H, S, d_k)
-            values = self._split_heads(values, self.value_dim)  # (B, H, S, d_v)
+                value_sizes = on_rows.leading(value)
+            queries = self._split_heads(queries, self.key_dim, query_sizes)  # (B, H, T, d_k)
+            keys = self._split_heads(keys, self.key_dim, value_sizes)  # (B, H, S, d_k)
+            values = self._split_heads(values, self.value_dim, value_sizes)  # (B, H, S, d_v)
             if cache is not None:  # written at cache_index, or appended to a growing cache
                 keys, values = cache = tuple(
                     ops.concatenate([old, ops.cast(new, old.dtype)], axis=2) if grow_cache

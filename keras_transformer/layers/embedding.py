@@ -5,6 +5,8 @@ import math
 import keras
 from keras import ops
 
+from keras_transformer.layers import rows as on_rows
+
 
 # From this many rows on, a bfloat16 decoding step computes its logits as x W^T rather than
 # (W x^T)^T (`ScaledEmbedding.step_logits`; measured on the amx class).
@@ -50,7 +52,7 @@ class ScaledEmbedding(keras.layers.Layer):
         )
 
     def call(self, ids):
-        x = ops.take(self.embeddings, ops.cast(ids, "int32"), axis=0)
+        x = on_rows.take(self.embeddings, ops.cast(ids, "int32"))
         x = ops.cast(x, self.compute_dtype)
         if self.scale:
             x = x * ops.cast(math.sqrt(self.d_model), self.compute_dtype)
@@ -176,7 +178,7 @@ class LearnedPositionalEmbedding(keras.layers.Layer):
     def call(self, inputs, start_index=0):
         length = ops.shape(inputs)[1]
         positions = ops.arange(length) + ops.cast(start_index, "int32")
-        table = ops.take(self.position_embeddings, positions, axis=0)
+        table = on_rows.take(self.position_embeddings, positions)
         return inputs + ops.cast(table, self.compute_dtype)[None]
 
     def compute_output_shape(self, input_shape):

@@ -11,8 +11,13 @@ Two measured reasons (TensorFlow 2.21 on CPU, amx class):
 
     outputs = dense(layer.inner, inputs)         # a built keras.layers.Dense on (B, T, d)
     outputs = matmul(inputs, kernel)             # a kernel of several Dense side by side
+
+The module also holds the lean forms of the shape and gather ops a decoding step runs many
+times (`reshape`, `split`, `take`, `take_per_row`): the same values as `keras.ops`' with fewer graph
+nodes, which an export traces, saves and loads and a server's graph optimizer rewrites.
 """
 
+import keras
 from keras import ops
 
 
@@ -83,3 +88,45 @@ def leading(inputs):
     """The sizes (`size`) of every axis of `inputs` but the last."""
     shape = Shape(inputs)
     return tuple(size(inputs, i, shape) for i in range(len(inputs.shape) - 1))
+
+
+def split(tensor, sizes, axis=-1):
+    """`tensor` cut along `axis` into pieces of the Python ints `sizes`: one SplitV of constant
+    sizes on TensorFlow, where `ops.split` turns its cut points into sizes in the graph (a
+    StridedSlice and a subtraction per piece, and a concatenation)."""
+    if keras.backend.backend() != "tensorflow":
+        return ops.split(tensor, [sum(sizes[:i + 1]) for i in range(len(sizes) - 1)], axis=axis)
+    import tensorflow as tf
+
+    return tf.split(tensor, list(sizes), axis=axis)
+
+
+def take(tensor, indices, axis=0):
+    """`ops.take(tensor, indices, axis)` for indices known to be in range (0 <= i < size).
+
+    Keras' TensorFlow take first maps negative indices (a Shape, a StridedSlice, a Less, an
+    AddV2 and a SelectV2 around the GatherV2, each run at every call); here TensorFlow gathers
+    directly (an index out of range is still an error on CPU). Other backends: `ops.take`.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.take(tensor, indices, axis=axis)
+    import tensorflow as tf
+
+    return tf.gather(ops.convert_to_tensor(tensor), indices, axis=axis)
+
+
+def take_per_row(tensor, indices):
+    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...), indices in range.
+
+    TensorFlow: one GatherV2 with batch_dims=1. Other backends: one take of the rows
+    b * N + indices[b, j] of the (B * N, ...) reshape (their take_along_axis broadcasts the
+    indices over the trailing axes first).
+    """
+    indices = ops.cast(indices, "int32")
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        return tf.gather(ops.convert_to_tensor(tensor), indices, axis=1, batch_dims=1)
+    shape = ops.shape(tensor)
+    rows = indices + ops.arange(shape[0], dtype="int32")[:, None] * shape[1]
+    return ops.take(ops.reshape(tensor, (-1,) + tuple(shape[2:])), rows, axis=0)

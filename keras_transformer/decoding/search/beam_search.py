@@ -37,7 +37,7 @@ graph all run it.
 
 import keras
 import numpy as np
-from keras import ops, tree
+from keras import ops
 
 from keras_transformer.decoding.search.compact import by_default, compact_start, shrink, take
 from keras_transformer.decoding.search.compiling import compile_search
@@ -49,6 +49,7 @@ from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
 from keras_transformer.decoding.search.top_k import best_continuations, gather_beams
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
+from keras_transformer.layers import rows as on_rows
 from pipelines.special_ids import BOS_ID, EOS_ID
 
 
@@ -239,7 +240,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             return _leave(s, new, state, parent_rows, next_tokens)
         with keras.name_scope("reorder_caches"):
             parent_rows = ops.reshape(parent_rows, (-1,))
-            new["state"] = tree.map_structure(lambda t: ops.take(t, parent_rows, axis=0), state)
+            new["state"] = take(state, parent_rows)
         new["tokens"] = ops.reshape(next_tokens, (-1,))
         if phrases is not None:
             new.update(met=gather_beams(met, keep), progress=gather_beams(progress, keep),
@@ -287,9 +288,9 @@ def _leave(s, new, state, parent_rows, next_tokens):
     new.update({name: s[name] for name in ("live", "limits")})
     stay = ops.nonzero(ops.logical_not(done))[0]
     with keras.name_scope("reorder_caches"):  # only the staying sentences' beams
-        rows = ops.reshape(ops.take(parent_rows, stay, axis=0), (-1,))
+        rows = ops.reshape(on_rows.take(parent_rows, stay), (-1,))
         row_state = take(row_state, rows)
-    tokens = ops.reshape(ops.take(next_tokens, stay, axis=0), (-1,))
+    tokens = ops.reshape(on_rows.take(next_tokens, stay), (-1,))
     (kept, sentences), buffers = shrink(
         done, ({name: new[name] for name in _PER_SENTENCE}, sentences), new["live"],
         tuple((s["out_" + name], new[name]) for name in _POOL))

@@ -13,6 +13,7 @@ and every per-sentence tensor keeps the others' rows (`shrink`); the loop ends w
 from keras import ops, tree
 
 from keras_transformer.decoding.search.compiling import dynamic_shapes
+from keras_transformer.layers import rows as on_rows
 
 
 def by_default(static, cached, *unsupported):
@@ -46,8 +47,8 @@ def shrink(done, kept, live, outputs):
     where some sentence is done (a cond). Returns (kept, buffers)."""
     def drop():
         gone, stay = ops.nonzero(done)[0], ops.nonzero(ops.logical_not(done))[0]
-        where = ops.expand_dims(ops.take(live, gone), 1)
-        buffers = tuple(ops.scatter_update(buffer, where, ops.take(values, gone, axis=0))
+        where = ops.expand_dims(on_rows.take(live, gone), 1)
+        buffers = tuple(ops.scatter_update(buffer, where, on_rows.take(values, gone))
                         for buffer, values in outputs)
         return take(kept, stay), buffers
 
@@ -57,4 +58,4 @@ def shrink(done, kept, live, outputs):
 
 def take(nest, indices):
     """Every tensor of `nest`, rows `indices` of its first axis."""
-    return tree.map_structure(lambda t: ops.take(t, indices, axis=0), nest)
+    return tree.map_structure(lambda t: on_rows.take(t, indices), nest)

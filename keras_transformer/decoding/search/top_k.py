@@ -16,6 +16,8 @@ order (ties to the lower index) as the one top-k over all of them.
 
 from keras import ops
 
+from keras_transformer.layers import rows as on_rows
+
 # Chunks of about this many tokens: fewer chunks to rank against fewer sums to gather; the
 # step is flat from 32 to 160 (64 sentences, K = 4, V = 8000, amx class).
 CHUNK = 64
@@ -61,12 +63,7 @@ def best_continuations(alive_log_probs, log_probs, count):
 
 
 def gather_beams(tensor, indices):
-    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...).
-
-    One gather of rows b * N + indices[b, j] of the (B * N, ...) reshape: TensorFlow's
-    take_along_axis costs a dozen ops (broadcasts, index checks, transposes) per call, and the
-    search calls this several times a step.
-    """
-    shape = ops.shape(tensor)
-    rows = ops.cast(indices, "int32") + ops.arange(shape[0], dtype="int32")[:, None] * shape[1]
-    return ops.take(ops.reshape(tensor, (-1,) + tuple(shape[2:])), rows, axis=0)
+    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...) (`rows.take_per_row`:
+    one gather, where TensorFlow's take_along_axis costs a dozen ops per call, and the search
+    calls this several times a step)."""
+    return on_rows.take_per_row(tensor, indices)
