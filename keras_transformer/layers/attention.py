@@ -291,12 +291,13 @@ class MultiHeadAttention(keras.layers.Layer):
                 if self.use_bias else None)
         return kernel, bias
 
-    def _fused_projection(self, inputs, layers, weights=None):
+    def _fused_projection(self, inputs, layers, weights=None, sizes=None):
         """inputs (B, T, d_model) through several Dense projections in one matmul (fewer ops
         per step, and one wide matmul runs closer to peak than three narrow ones); the weights
-        stay separate variables. `weights`: their `fused_weights`, made already."""
+        stay separate variables. `weights`: their `fused_weights`, made already; `sizes`: the
+        inputs' `rows.leading`, where known."""
         kernel, bias = weights or self.fused_weights(layers)
-        outputs = on_rows.matmul(inputs, kernel)
+        outputs = on_rows.matmul(inputs, kernel, sizes)
         if bias is not None:
             outputs = outputs + bias
         return on_rows.split(outputs, [layer.units for layer in layers])
@@ -309,8 +310,9 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             (keys (B, H, S, d_k), values (B, H, S, d_v)).
         """
-        keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
         leading = on_rows.leading(value)
+        keys, values = self._fused_projection(value, (self.key_dense, self.value_dense),
+                                              sizes=leading)
         return (self._split_heads(keys, self.key_dim, leading),
                 self._split_heads(values, self.value_dim, leading))
 
@@ -333,18 +335,19 @@ class MultiHeadAttention(keras.layers.Layer):
             # matrix product per head and source rather than R of a single query each.
             folded = (on_rows.size(keys, 0), -1)  # (B / R, R T)
             query = on_rows.reshape(query, folded + (query.shape[-1],))
-            queries = self._split_heads(on_rows.dense(self.query_dense, query),
+            queries = self._split_heads(on_rows.dense(self.query_dense, query, folded),
                                         self.key_dim, folded)  # (B / R, H, R T, d_k)
         else:
             if value is None:  # self-attention: Q, K and V in one matmul
                 queries, keys, values = self._fused_projection(
                     query, (self.query_dense, self.key_dense, self.value_dense),
-                    fused_weights)
+                    fused_weights, query_sizes)
                 value_sizes = query_sizes
             else:
-                queries = on_rows.dense(self.query_dense, query)
-                keys, values = self._fused_projection(value, (self.key_dense, self.value_dense))
+                queries = on_rows.dense(self.query_dense, query, query_sizes)
                 value_sizes = on_rows.leading(value)
+                keys, values = self._fused_projection(value, (self.key_dense, self.value_dense),
+                                                      sizes=value_sizes)
             queries = self._split_heads(queries, self.key_dim, query_sizes)  # (B, H, T, d_k)
             keys = self._split_heads(keys, self.key_dim, value_sizes)  # (B, H, S, d_k)
             values = self._split_heads(values, self.value_dim, value_sizes)  # (B, H, S, d_v)
@@ -360,7 +363,7 @@ class MultiHeadAttention(keras.layers.Layer):
         )  # (B, H, T, d_v)
         output = ops.transpose(output, (0, 2, 1, 3))  # (B, T, H, d_v)
         output = on_rows.reshape(output, (rows, length, self.num_heads * self.value_dim))
-        output = on_rows.dense(self.output_dense, output)
+        output = on_rows.dense(self.output_dense, output, query_sizes)
 
         results = (output,)
         if return_attention_scores:

@@ -43,9 +43,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         # On the 2-D rows, the bias after the product (`layers.rows` says why).
-        hidden = rows.dense(self.inner, inputs)  # (B, T, d_ff)
+        sizes = rows.leading(inputs)  # (B, T), read once for both products
+        hidden = rows.dense(self.inner, inputs, sizes)  # (B, T, d_ff)
         hidden = self.dropout_layer(hidden, training=training)
-        return rows.dense(self.outer, hidden)
+        return rows.dense(self.outer, hidden, sizes)
 
     def compute_output_shape(self, input_shape):
         return input_shape

@@ -21,17 +21,20 @@ import keras
 from keras import ops
 
 
-def matmul(inputs, kernel):
-    """inputs (..., d) x kernel (d, units) on the (N, d) rows. Returns (..., units)."""
+def matmul(inputs, kernel, sizes=None):
+    """inputs (..., d) x kernel (d, units) on the (N, d) rows. Returns (..., units).
+    sizes: `leading(inputs)`, where the caller has them already."""
     rows = ops.reshape(inputs, (-1, inputs.shape[-1]))
-    return reshape(ops.matmul(rows, kernel), leading(inputs) + (kernel.shape[-1],))
+    sizes = leading(inputs) if sizes is None else sizes
+    return reshape(ops.matmul(rows, kernel), sizes + (kernel.shape[-1],))
 
 
-def dense(layer, inputs):
+def dense(layer, inputs, sizes=None):
     """What the built `keras.layers.Dense` `layer` computes on `inputs` (..., d): the product
-    on the rows, then the bias and the activation, in the layer's compute dtype."""
+    on the rows, then the bias and the activation, in the layer's compute dtype. sizes: as
+    for `matmul`."""
     dtype = layer.compute_dtype
-    outputs = matmul(ops.cast(inputs, dtype), ops.cast(layer.kernel, dtype))
+    outputs = matmul(ops.cast(inputs, dtype), ops.cast(layer.kernel, dtype), sizes)
     if layer.use_bias:
         outputs = outputs + ops.cast(layer.bias, dtype)
     return outputs if layer.activation is None else layer.activation(outputs)

@@ -45,7 +45,7 @@ from keras_transformer.decoding.search.constraints import (
     INCOMPLETE, PhraseConstraints, first_occurrences)
 from keras_transformer.decoding.search.rules import (
     NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
-from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step
+from keras_transformer.decoding.search.step import EXTRA_LENGTH, encode, prefixed_step
 from keras_transformer.decoding.search.top_k import best_continuations, gather_beams
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
@@ -336,19 +336,22 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
     if constraints is not None and isinstance(beam_size, (int, np.integer)) and beam_size < 2:
         raise InputError("constraints need beam search: use a beam of 2 or more.")
 
+    branches = optional_prefix and prefix is not None and not static
+    # The encoder runs once, before the prefix branch (not once in each of its branches).
+    encoded = encode(model, source_ids) if branches else None
+
     def search(prefix):
         drop_done = by_default(static, cached, prefix, constraints) if compact is None \
             else compact
         step_fn, state, limits, max_length = prefixed_step(
             model, source_ids, beam_size, static, prefix, cached=cached,
             extra_length=extra_length, max_output_length=max_output_length,
-            constraints=constraints, compact=drop_done)
+            constraints=constraints, compact=drop_done, encoded=encoded)
         return beam_search(step_fn, state, limits, beam_size, alpha, max_length, min_length,
                            prefix=prefix, constraints=constraints, compact=drop_done,
                            stop_horizon=stop_horizon)
 
-    result = (with_optional_prefix(search, prefix, static) if optional_prefix
-              else search(prefix))
+    result = with_optional_prefix(search, prefix, static) if branches else search(prefix)
     if num_hypotheses is not None:
         result = {key: value[:, :num_hypotheses] for key, value in result.items()}
     return finish(result, empty_rows, trim_ids=not static)

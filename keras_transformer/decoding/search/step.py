@@ -53,8 +53,18 @@ def tile_beams(tensor, beam_size):
     return ops.repeat(tensor, beam_size, axis=0)
 
 
+def encode(model, source_ids):
+    """What `model_step` computes first: (encoder output, source mask) of `source_ids`, or, for
+    an `Ensemble`, the tuple of its members'. A search that branches (`rules.
+    with_optional_prefix`) computes it once, before its branches, rather than once in each."""
+    members = getattr(model, "members", None)
+    if members is not None:
+        return tuple(member.encode(source_ids) for member in members)
+    return model.encode(source_ids)
+
+
 def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None,
-               extra_length=EXTRA_LENGTH, grow=None, compact=False):
+               extra_length=EXTRA_LENGTH, grow=None, compact=False, encoded=None):
     """Step function, initial state and limits for searching `model` on `source_ids`.
 
     Args:
@@ -77,6 +87,7 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
             (`beam_search(compact=True)`): `rows` the self-attention caches (B x beam_size
             rows), `sentences` what the step reads once per sentence (the cross-attention's
             keys and values, the source mask; B rows), both passed to the step. Needs `cached`.
+        encoded: `encode(model, source_ids)`, where the caller computed it already.
 
     Returns:
         (step_fn, state, limits (B,), max_length).
@@ -91,8 +102,8 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     members = getattr(model, "members", None)  # an `Ensemble`
     if members is not None:
         return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow,
-                              compact)
-    encoder_output, source_mask = model.encode(source_ids)
+                              compact, encoded)
+    encoder_output, source_mask = encoded if encoded is not None else model.encode(source_ids)
     if cached:  # the beams of a sentence share its cross-attention keys and values
         # A growing cache starts empty with a length of no static value (a reduction's).
         length = ops.max(limits, initial=1) if grow else max_length
@@ -132,15 +143,18 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     return uncached_step, prefix, limits, max_length
 
 
-def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow, compact):
+def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow, compact,
+                   encoded=None):
     """`model_step` for an `Ensemble`: the state is the tuple of the members' states (compact:
     the pair of the tuples of their rows and of their sentences' state); the step returns the
     log of the members' mean next-token probabilities (as logits: a log-softmax of them gives
     them back)."""
     from keras_transformer.models.ensemble import mean_of_probabilities
 
+    encoded = encoded if encoded is not None else (None,) * len(members)
     steps = [model_step(member, source_ids, beam_size, max_length, cached, limits, grow=grow,
-                        compact=compact)[:2] for member in members]
+                        compact=compact, encoded=member_encoded)[:2]
+             for member, member_encoded in zip(members, encoded)]
 
     def step_fn(tokens, state, index):
         outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
@@ -160,13 +174,14 @@ def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, g
 
 def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cached=True,
                   extra_length=EXTRA_LENGTH, max_output_length=None, constraints=None,
-                  compact=False):
+                  compact=False, encoded=None):
     """`model_step` for a search of `rows_per_sentence` rows per sentence (beams or samples)
     whose outputs may start with a prefix ((B, P) ids) and must contain constraint phrases
     ((B, C, L) ids, beam search): the limits leave room for the prefix and EOS after it,
     and for the phrases (their total length more), and with `static` (or a Python int
     `max_output_length`: every output's limit) the buffers hold a static bound, P (and
-    C x L) more positions with a prefix (constraints). `compact`: as for `model_step`."""
+    C x L) more positions with a prefix (constraints). `compact`, `encoded`: as for
+    `model_step`."""
     if max_output_length is None:
         limits = output_limits(source_ids, extra_length)
         bound = static_max_length(source_ids, extra_length) if static else None
@@ -180,4 +195,4 @@ def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cac
         bound += ops.shape(constraints)[1] * ops.shape(constraints)[2]
     return model_step(model, source_ids, rows_per_sentence, bound, cached=cached,
                       limits=limits, extra_length=extra_length,
-                      grow=not static and dynamic_shapes(), compact=compact)
+                      grow=not static and dynamic_shapes(), compact=compact, encoded=encoded)
