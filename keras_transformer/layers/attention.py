@@ -273,10 +273,8 @@ class MultiHeadAttention(keras.layers.Layer):
         self.value_dense = dense(h * self.value_dim, "value", value_dim_in)
         self.output_dense = dense(output_dim, "output", h * self.value_dim)
 
-    def _split_heads(self, x, head_dim, leading=None):
-        # (B, T, H * D) -> (B, H, T, D); leading: x's (B, T) sizes where known already
-        # (`rows.leading` of the projection's input, shared by its outputs)
-        leading = on_rows.leading(x) if leading is None else leading
+    def _split_heads(self, x, head_dim, leading):
+        # (B, T, H * D) -> (B, H, T, D); leading: the (B, T) sizes (`rows.leading`)
         x = on_rows.reshape(x, leading + (self.num_heads, head_dim))
         return ops.transpose(x, (0, 2, 1, 3))
 
@@ -291,16 +289,20 @@ class MultiHeadAttention(keras.layers.Layer):
                 if self.use_bias else None)
         return kernel, bias
 
-    def _fused_projection(self, inputs, layers, weights=None, sizes=None):
+    def _project_heads(self, inputs, layers, weights=None, sizes=None):
         """inputs (B, T, d_model) through several Dense projections in one matmul (fewer ops
-        per step, and one wide matmul runs closer to peak than three narrow ones); the weights
-        stay separate variables. `weights`: their `fused_weights`, made already; `sizes`: the
-        inputs' `rows.leading`, where known."""
+        per step, and one wide matmul runs closer to peak than three narrow ones), each split
+        into heads: a tuple of (B, H, T, units / H). The weights stay separate variables.
+        `weights`: their `fused_weights`, made already; `sizes`: `rows.leading(inputs)`, where
+        the caller has them (read once, shared by the product and every split)."""
+        sizes = on_rows.leading(inputs) if sizes is None else sizes
         kernel, bias = weights or self.fused_weights(layers)
         outputs = on_rows.matmul(inputs, kernel, sizes)
         if bias is not None:
             outputs = outputs + bias
-        return on_rows.split(outputs, [layer.units for layer in layers])
+        pieces = on_rows.split(outputs, [layer.units for layer in layers])
+        return tuple(self._split_heads(piece, layer.units // self.num_heads, sizes)
+                     for piece, layer in zip(pieces, layers))
 
     def compute_key_value(self, value):
         """Projects `value` (B, S, d_model) into per-head keys and values.
@@ -310,11 +312,7 @@ class MultiHeadAttention(keras.layers.Layer):
         Returns:
             (keys (B, H, S, d_k), values (B, H, S, d_v)).
         """
-        leading = on_rows.leading(value)
-        keys, values = self._fused_projection(value, (self.key_dense, self.value_dense),
-                                              sizes=leading)
-        return (self._split_heads(keys, self.key_dim, leading),
-                self._split_heads(values, self.value_dim, leading))
+        return self._project_heads(value, (self.key_dense, self.value_dense))
 
     def call(
         self,
@@ -338,19 +336,15 @@ class MultiHeadAttention(keras.layers.Layer):
             queries = self._split_heads(on_rows.dense(self.query_dense, query, folded),
                                         self.key_dim, folded)  # (B / R, H, R T, d_k)
         else:
+            # queries (B, H, T, d_k), keys (B, H, S, d_k), values (B, H, S, d_v)
             if value is None:  # self-attention: Q, K and V in one matmul
-                queries, keys, values = self._fused_projection(
+                queries, keys, values = self._project_heads(
                     query, (self.query_dense, self.key_dense, self.value_dense),
                     fused_weights, query_sizes)
-                value_sizes = query_sizes
             else:
-                queries = on_rows.dense(self.query_dense, query, query_sizes)
-                value_sizes = on_rows.leading(value)
-                keys, values = self._fused_projection(value, (self.key_dense, self.value_dense),
-                                                      sizes=value_sizes)
-            queries = self._split_heads(queries, self.key_dim, query_sizes)  # (B, H, T, d_k)
-            keys = self._split_heads(keys, self.key_dim, value_sizes)  # (B, H, S, d_k)
-            values = self._split_heads(values, self.value_dim, value_sizes)  # (B, H, S, d_v)
+                queries = self._split_heads(on_rows.dense(self.query_dense, query, query_sizes),
+                                            self.key_dim, query_sizes)
+                keys, values = self._project_heads(value, (self.key_dense, self.value_dense))
             if cache is not None:  # written at cache_index, or appended to a growing cache
                 keys, values = cache = tuple(
                     ops.concatenate([old, ops.cast(new, old.dtype)], axis=2) if grow_cache

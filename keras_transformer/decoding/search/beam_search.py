@@ -351,7 +351,7 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
                            prefix=prefix, constraints=constraints, compact=drop_done,
                            stop_horizon=stop_horizon)
 
-    result = with_optional_prefix(search, prefix, static) if branches else search(prefix)
+    result = with_optional_prefix(search, prefix) if branches else search(prefix)
     if num_hypotheses is not None:
         result = {key: value[:, :num_hypotheses] for key, value in result.items()}
     return finish(result, empty_rows, trim_ids=not static)

@@ -77,12 +77,10 @@ def trim(ids):
     return ids[..., :length]
 
 
-def with_optional_prefix(search, prefix, static):
-    """`search(prefix)`, or, when no row of the prefix holds a token, `search(None)`: the search
-    without the per-step prefix masking (a request without prefixes, in a TensorFlow graph; a
-    static search always runs the masked one, which finds the same)."""
-    if prefix is None or static:
-        return search(prefix)
+def with_optional_prefix(search, prefix):
+    """`search(prefix)`, or, when no row of the prefix (B, P) holds a token, `search(None)`: the
+    search without the per-step prefix masking (a request without prefixes, in a TensorFlow
+    graph; a static search runs the masked one alone, which finds the same)."""
     return ops.cond(ops.any(ops.not_equal(prefix, PAD_ID)), lambda: search(prefix),
                     lambda: search(None))
 

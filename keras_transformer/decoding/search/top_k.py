@@ -62,8 +62,6 @@ def best_continuations(alive_log_probs, log_probs, count):
     return values, gather_beams(chosen, position // size) * size + position % size
 
 
-def gather_beams(tensor, indices):
-    """tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...) (`rows.take_per_row`:
-    one gather, where TensorFlow's take_along_axis costs a dozen ops per call, and the search
-    calls this several times a step)."""
-    return on_rows.take_per_row(tensor, indices)
+# tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...), in one gather (TensorFlow's
+# take_along_axis costs a dozen ops per call, and the search calls this several times a step).
+gather_beams = on_rows.take_per_row
