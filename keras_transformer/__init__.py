@@ -7,6 +7,7 @@ The folders are the floors of the architecture; a module imports only from its o
 the floors before it:
 
     errors, defaults     the error rule and the defaults several commands share
+    dimensions           the attention's sizes rule (layers, model and run config)
     hardware             the CPU class and the kernel settings the command picks for it
     layers/              attention, embeddings, feed-forward, encoder, decoder
     models/              the Transformer model and its presets
@@ -39,6 +40,12 @@ reads its padding id from `pipelines.special_ids`, five constants). This imports
 its backend, and nothing more: the package itself sets no environment variable, touches no
 file descriptor and installs no import hook (Keras and TensorFlow set a few variables of
 their own when they load). The other names below are imported when first used.
+
+Where Keras cannot be imported at all (a process or container without TensorFlow), the package
+still imports, registering nothing: the decoding request, the CTranslate2 engine and the
+`Decoder` of a request for it need neither Keras nor TensorFlow (`Decoder(Request(engine=
+"ctranslate2", ctranslate2_model=FOLDER)).engine()`), and the command runs `translate`,
+`evaluate` and `score` with `--engine ctranslate2` without importing them.
 
 The `keras-transformer` command sets up its console before TensorFlow loads (TensorFlow reads
 its settings then), so its entry point (`keras_transformer_command`, beside the package)
@@ -105,6 +112,20 @@ def __dir__():
     return sorted(set(globals()) | set(__all__))
 
 
+def _register_if_keras():
+    """`register()`, unless Keras (or its backend) cannot be imported at all: then the package
+    still imports for what needs neither, the CTranslate2 engine and its decoder, and
+    whatever needs Keras raises its own ImportError when used."""
+    try:
+        register()
+    except ImportError as error:
+        if (error.name or "").split(".")[0] not in _KERAS_MODULES:
+            raise
+
+
+# The top-level modules whose absence leaves the package without Keras (see above).
+_KERAS_MODULES = ("keras", "tensorflow", "jax", "jaxlib", "torch")
+
 # The command's entry point sets `waiting` while it builds its parser (see the docstring).
 if not getattr(sys.modules.get("keras_transformer_command"), "waiting", False):
-    register()
+    _register_if_keras()

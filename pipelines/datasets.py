@@ -134,12 +134,14 @@ def split_texts(dataset, split, src_lang="en", tgt_lang="de", limit=None, **wher
     """(source strings, target strings) of a split, at most `limit` pairs; `where` as for
     `load_pairs` (data_dir, source_dir, text_files).
 
-    Under a backend other than TensorFlow, local files are read in plain Python (the same
-    pairs as through tf.data), so that evaluating needs no TensorFlow."""
-    import keras
+    Under a backend other than TensorFlow, or in a process that has not loaded Keras (the
+    CTranslate2 engine's commands), local files are read in plain Python (the same pairs as
+    through tf.data), so that evaluating needs no TensorFlow."""
+    import sys
 
     files = local_text_files(dataset, split, src_lang, tgt_lang, **where)
-    if files and keras.backend.backend() != "tensorflow":
+    keras = sys.modules.get("keras")
+    if files and (keras is None or keras.backend.backend() != "tensorflow"):
         from pipelines import sources
 
         return sources.read_parallel_text(*files, limit=limit)

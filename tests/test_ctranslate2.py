@@ -18,6 +18,7 @@ from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.export.ct2 import build_spec, export_ctranslate2  # noqa: E402
 from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
+from tests.conftest import RUNTIME_PRESET  # noqa: E402
 
 SOURCES = ["the dog runs in the park", "a big red cat", "green water"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "CAT RED BIG A", "WATER GREEN"]
@@ -196,3 +197,78 @@ def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, cap
                              flag, value, "--input", str(source),
                              "--output", str(tmp_path / "out.txt")]) == 2
             assert message in capsys.readouterr().err, (engine, flag)
+
+
+# A process in which TensorFlow, Keras and JAX cannot be imported (as in a container that has
+# only ctranslate2 and sentencepiece): any import of them raises ModuleNotFoundError, as it
+# would there. The command and the Python API must translate all the same.
+WITHOUT_TENSORFLOW = """
+import importlib.abc, sys
+class Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("tensorflow", "keras", "jax", "jaxlib", "tensorflow_text",
+                                  "tensorflow_datasets", "tf_keras"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+for name in list(sys.modules):
+    if name.split(".")[0] in ("tensorflow", "keras", "jax"):
+        del sys.modules[name]
+sys.meta_path.insert(0, Absent())
+from keras_transformer.models import presets  # the tests' runtime preset, as tests.conftest
+presets.PRESETS[RUNTIME_PRESET] = presets._variant(
+    "tiny", model=dict(num_layers=2, d_model=32, num_heads=4, d_ff=64),
+    training=dict(warmup_steps=50, train_steps=20))
+"""
+
+
+def run_without_tensorflow(code, tmp_path):
+    setup = WITHOUT_TENSORFLOW.replace("RUNTIME_PRESET", repr(RUNTIME_PRESET))
+    result = subprocess.run([sys.executable, "-c", setup + code],
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                            env=dict(os.environ, KERAS_TRANSFORMER_DEBUG="1"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_the_ctranslate2_lane_runs_where_tensorflow_cannot_be_imported(tiny_run, tmp_path):
+    folder = tmp_path / "exports" / "toy" / "ctranslate2-int8"
+    assert cli.main(["export", "--run-dir", str(tiny_run), "--format", "ctranslate2",
+                     "--quantize", "int8", "--output-dir", str(tmp_path / "exports"),
+                     "--name", "toy"]) == 0
+    source, reference = tmp_path / "input.txt", tmp_path / "reference.txt"
+    source.write_text("the dog runs\n\na big cat\ngreen water\n", encoding="utf-8")
+    reference.write_text("RUNS DOG THE\n\nCAT BIG A\nWATER GREEN\n", encoding="utf-8")
+    # What the lane gives in this process (TensorFlow loaded), as the reference.
+    expected = CTranslate2Translator(folder, beam_size=2).translate(
+        source.read_text(encoding="utf-8").splitlines())
+    common = ["--run-dir", str(tiny_run), "--engine", "ctranslate2", "--ctranslate2-model",
+              str(folder), "--beam", "2"]
+    commands = [["translate", *common, "--input", str(source), "--output", "out.txt"],
+                ["evaluate", *common, "--src", str(source), "--ref", str(reference),
+                 "--output", "hyp.txt"],
+                ["score", *common[:-2], "--src", str(source), "--tgt", str(reference),
+                 "--output", "scores.txt"]]
+    code = "".join(f"""
+sys.argv = ["keras-transformer", *{argv!r}]
+import keras_transformer_command
+try:
+    keras_transformer_command.main()
+except SystemExit as exit:
+    assert exit.code == 0, exit.code
+""" for argv in commands) + f"""
+from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.decoding.request import Request
+engine = Decoder(Request(engine="ctranslate2", ctranslate2_model={str(folder)!r},
+                         beam_size=2)).engine()
+print("API:" + repr(engine.translate(["the dog runs", "", "a big cat", "green water"])))
+assert not [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")]
+"""
+    # evaluate with --src but without a dataset: an empty line is a sentence too, so the
+    # files have no empty line for it.
+    result = run_without_tensorflow(code, tmp_path)
+    assert (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert (tmp_path / "hyp.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert len((tmp_path / "scores.txt").read_text(encoding="utf-8").splitlines()) == 4
+    assert "sacreBLEU" in result.stdout or "sacrebleu" in result.stdout
+    assert f"API:{expected!r}" in result.stdout
+    # The command says which workers and threads CTranslate2 runs with.
+    assert "workers" in result.stderr and "threads 1" in result.stderr, result.stderr

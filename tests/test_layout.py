@@ -10,7 +10,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "keras_transformer"
 
 # keras_transformer/<first part> -> floor. A module may import from its own floor and below.
-FLOORS = {"errors": 1, "defaults": 1, "hardware": 1, "layers": 2,
+FLOORS = {"errors": 1, "defaults": 1, "dimensions": 1, "hardware": 1, "layers": 2,
           "models": 3, "runs": 4, "decoding": 5, "evaluation": 5, "training": 6, "export": 7,
           "tasks": 8, "cli": 9}
 

@@ -75,6 +75,13 @@ def shows_native_logs(args):
                                and verbose >= 2)
 
 
+def uses_keras(args):
+    """Whether the command needs Keras: all but those run by the CTranslate2 engine
+    (translate, evaluate, score with --engine ctranslate2), which import neither Keras nor
+    TensorFlow and start as a small Python program does."""
+    return getattr(args, "engine", None) != "ctranslate2"
+
+
 def console_main():
     """The `keras-transformer` command: the console is the command's (third-party logs hidden
     unless --verbose, see `keras_transformer.cli.console`). The installed command enters through
@@ -92,9 +99,10 @@ def main(argv=None, own_console=False):
     """
     args = build_parser().parse_args(argv)
     console.setup(shows_native_logs(args), own_console=own_console)
-    import keras_transformer
+    if uses_keras(args):
+        import keras_transformer
 
-    keras_transformer.register()  # the saved classes (deferred by the command's entry point)
+        keras_transformer.register()  # the saved classes (deferred by the entry point)
     debug = args.debug or bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))
     from keras_transformer.errors import UserError
     from pipelines.errors import DataError, NoSpaceError

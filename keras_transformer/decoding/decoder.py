@@ -14,14 +14,15 @@ standard error saying all that (`describe`), and the engine, built by that engin
     Decoder.resolve(run, {"beam_size": 1}).engine()  # a Python caller's values (GIVEN)
     Decoder(Request(beam_size=1)).engine(model, vocabulary, max_input_length)  # a model in memory
     Decoder.save_choice(run, alpha=1.0, chosen_by="the main job, on val")
+
+The Keras engine's modules (the Translator, precision, XLA) are imported when a request for it
+is resolved: a decoder of the CTranslate2 engine imports neither TensorFlow nor Keras.
 """
 
 import pathlib
 
-from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
-from keras_transformer.decoding.engines.precision import resolve_precision
-from keras_transformer.decoding.engines.translator import Translator
-from keras_transformer.decoding.engines.xla import resolve_xla
+from keras_transformer.decoding.engines.ctranslate2 import (CTranslate2Translator,
+                                                           default_threading)
 from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding import request as declared
 from keras_transformer.decoding.request import (
@@ -135,6 +136,8 @@ class Decoder:
         if self.request.engine != "tensorflow":
             return None, None
         if self._precision is None:
+            from keras_transformer.decoding.engines.precision import resolve_precision
+
             self._precision = resolve_precision(self.request.precision)
         return self._precision
 
@@ -146,6 +149,8 @@ class Decoder:
         if self.request.engine != "tensorflow":
             return None, None
         if self._xla is None:
+            from keras_transformer.decoding.engines.xla import resolve_xla
+
             self._xla = resolve_xla(self.request.xla, self.precision[0])
         return self._xla
 
@@ -178,6 +183,8 @@ class Decoder:
                                  "first (or give --ctranslate2-model).")
             return CTranslate2Translator.from_request(request, folder, self.command) \
                 .set_languages(self.languages())
+        from keras_transformer.decoding.engines.translator import Translator
+
         Translator.refuse_unsupported(request.engine_options(self.command))
         if model is None:
             model = self.load_model()
@@ -208,20 +215,24 @@ class Decoder:
                 label += f" [{source}]"
         precision, reason = (self.precision if request.applies("precision", command)
                              else (None, None))
-        engine = CTranslate2Translator if request.engine == "ctranslate2" else Translator
+        engine = CTranslate2Translator if request.engine == "ctranslate2" else None
+        threading = {} if engine is None else dict(zip(
+            ("workers", "threads"), default_threading(request.workers, request.threads)))
         items = []
         for name, meta in fields().items():
             if name in ("model", "ctranslate2_model", "prefixes") or not meta["commands"] \
                     or not request.applies(name, command):
                 continue
             value = precision if name == "precision" and precision else getattr(request, name)
+            if value is None and name in threading:  # CTranslate2's chosen setting
+                value = threading[name]
             if name == "xla" and request.engine == "tensorflow":
                 on, why = self.xla  # always said, with its reason when auto chose it
                 source = self.sources.get(name)
                 items.append(f"xla {'on' if on else 'off'} [{source or why}]")
                 continue
             if value is None or value is False or (name == "precision" and not precision) or (
-                    engine is not Translator and meta["engine_option"] is True
+                    engine is not None and meta["engine_option"] is True
                     and name not in engine.SUPPORTS):
                 continue  # off switches, and what another engine does not compute
             source = self.sources.get(name)

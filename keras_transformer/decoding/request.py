@@ -194,6 +194,16 @@ class Request:
         commands=(TRANSLATE, EVALUATE, SCORE), engine_option=False,
         default_text="default: saved_models/RUN_NAME/ctranslate2; e.g. "
         "saved_models/RUN_NAME/ctranslate2-int8 for the int8 one")
+    workers: typing.Optional[int] = option(
+        None, "ctranslate2 engine: searches run at once, each on its own worker (CTranslate2's "
+        "inter_threads; the workers share one copy of the weights)", check=Range(low=1),
+        commands=(TRANSLATE, EVALUATE, SCORE), recorded_if_set=True,
+        default_text="default: one per core with --threads 1, the fastest setting measured on "
+        "the 2-core machines (docs/performance.md)")
+    threads: typing.Optional[int] = option(
+        None, "ctranslate2 engine: threads of each worker (CTranslate2's intra_threads)",
+        check=Range(low=1), commands=(TRANSLATE, EVALUATE, SCORE), recorded_if_set=True,
+        default_text="default: 1, or the cores divided among the --workers given")
 
 
     def __post_init__(self):

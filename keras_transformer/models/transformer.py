@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_transformer.layers import Decoder, Encoder, ScaledEmbedding
-from keras_transformer.layers.encoder import check_dimensions
+from keras_transformer.dimensions import check_dimensions
 from keras_transformer.models.presets import get_preset
 from pipelines.special_ids import PAD_ID
 

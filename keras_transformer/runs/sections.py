@@ -75,7 +75,7 @@ class ModelSettings(Section):
     def resolved(self, sources):
         """A copy with the preset's values where none was set (recorded in `sources`), the
         head dimensions computed and checked by the layers' own rule."""
-        from keras_transformer.layers.encoder import check_dimensions
+        from keras_transformer.dimensions import check_dimensions
 
         values = dataclasses.asdict(self)
         preset = get_preset(self.preset)["model"]

@@ -8,13 +8,16 @@ in docs/export.md.
     engine = CTranslate2Translator("saved_models/multi30k-en-de/ctranslate2", beam_size=4)
     engine.translate(["A dog runs."])
     engine.translate(["A dog runs."], alignments=True)   # from CTranslate2's return_attention
+
+This module imports neither TensorFlow nor Keras (word alignments do, when asked for): the
+`translate --engine ctranslate2` command runs at CTranslate2's own price, start-up included.
+Its workers and threads default to the setting measured fastest (`default_threading`).
 """
 
 import json
 import os
 import pathlib
 
-from keras_transformer.decoding.search.alignment import ctranslate2_pharaoh
 from keras_transformer.decoding.engines.engine import Engine
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.errors import InputError
@@ -22,6 +25,25 @@ from pipelines.vocabulary import FILENAME as VOCABULARY_FILE
 
 INSTALL_HINT = "pip install 'keras-transformer[ctranslate2]' (or pip install ctranslate2==4.8.5)"
 METADATA = "keras_transformer.json"  # what the export adds to the folder: how to feed the model
+
+
+def default_threading(workers=None, threads=None, cores=None):
+    """(workers, threads) of CTranslate2 on `cores` (default: the cores this process may
+    use): what is given, the rest chosen. Unset, one worker per core with one thread each:
+    on the 2-core machines the fastest setting by far for a whole file, a batch of 32 and
+    one sentence alike (docs/performance.md, "CTranslate2 at its best"), as CTranslate2's
+    own docs advise for throughput (workers share the weights). Given workers alone, the
+    cores are divided among them; given threads alone, as many workers as fit."""
+    if cores is None:
+        cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                 else os.cpu_count() or 1)
+    if workers is None and threads is None:
+        return max(1, cores), 1
+    if workers is None:
+        return max(1, cores // threads), threads
+    if threads is None:
+        return workers, max(1, cores // workers)
+    return workers, threads
 
 
 def require_ctranslate2():
@@ -48,22 +70,25 @@ class CTranslate2Translator(Engine):
         device: "cpu" or "cuda".
         compute_type: CTranslate2's ("default": the saved weights' type where the device
             supports it).
-        threads: intra-op threads (default: every core of this machine).
+        workers: searches run at once (CTranslate2's inter_threads), each batch handed to
+            the next free worker; threads: each worker's threads (intra_threads). Defaults:
+            `default_threading` (one worker per core, one thread each). Sampling runs on one
+            worker with every thread, so that a seed gives the same samples.
     """
 
     NAME = "ctranslate2"
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
-                          "num_samples", "score", "alignments"})
+                          "num_samples", "score", "alignments", "workers", "threads"})
 
     def __init__(self, model_dir, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                  batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
-                 device="cpu", compute_type="default", threads=None):
+                 device="cpu", compute_type="default", threads=None, workers=None):
         self.ctranslate2 = require_ctranslate2()
         import sentencepiece as spm
 
         check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
-                   extra_length=extra_length))
+                   extra_length=extra_length, workers=workers, threads=threads))
         self.model_dir = pathlib.Path(model_dir)
         metadata_path = self.model_dir / METADATA
         if not metadata_path.is_file():
@@ -77,9 +102,11 @@ class CTranslate2Translator(Engine):
         self.batch_size, self.extra_length = batch_size, extra_length
         self.processor = spm.SentencePieceProcessor(
             model_file=str(self.model_dir / VOCABULARY_FILE))
-        self._engine_options = dict(device=device, compute_type=compute_type,
-                                    intra_threads=threads or os.cpu_count() or 0)
-        self.translator = self._engine()
+        self.workers, self.threads = default_threading(workers, threads)
+        # Batches in flight (`Engine._run`): each worker busy, one more waiting for it.
+        self.in_flight = 2 * self.workers if self.workers > 1 else 1
+        self._engine_options = dict(device=device, compute_type=compute_type)
+        self.translator = self._engine(self.workers, self.threads)
 
     @classmethod
     def from_request(cls, request, model_dir, command=TRANSLATE):
@@ -88,10 +115,15 @@ class CTranslate2Translator(Engine):
         by name (`Engine.refuse_unsupported`)."""
         cls.refuse_unsupported(request.engine_options(command))
         return cls(model_dir, beam_size=request.beam_size, alpha=request.alpha,
-                   batch_size=request.batch_size, extra_length=request.extra_length)
+                   batch_size=request.batch_size, extra_length=request.extra_length,
+                   workers=request.workers, threads=request.threads)
 
-    def _engine(self):
-        return self.ctranslate2.Translator(str(self.model_dir), **self._engine_options)
+    def _engine(self, workers, threads):
+        return self.ctranslate2.Translator(str(self.model_dir), inter_threads=workers,
+                                           intra_threads=threads, **self._engine_options)
+
+    def describe_threading(self):
+        return f"workers {self.workers}, threads {self.threads}"
 
     def encode(self, sentences):
         """Strings -> piece lists without EOS (CTranslate2 adds it), truncated so that with
@@ -123,6 +155,8 @@ class CTranslate2Translator(Engine):
             if not alignments:
                 return [[(self.processor.decode(p), float(s)) for p, s in hypotheses]
                         for hypotheses in found]
+            from keras_transformer.decoding.search.alignment import ctranslate2_pharaoh
+
             # Our rule on CTranslate2's attention (`alignment.ctranslate2_pharaoh`).
             return [[(self.processor.decode(p), float(s), ctranslate2_pharaoh(source, p, a))
                      for p, s, a in hypotheses] for source, hypotheses in zip(sources, found)]
@@ -157,7 +191,7 @@ class CTranslate2Translator(Engine):
         # CTranslate2 seeds a worker thread's generator when the thread starts: a fresh
         # translator after set_random_seed (cheap: the weights are mapped again).
         self.ctranslate2.set_random_seed(seed)
-        sampler = self._engine()
+        sampler = self._engine(1, self.workers * self.threads)
 
         def sample(sources, prefixes):
             # top_k=1 draws the most likely token: CTranslate2 then returns one hypothesis.
@@ -186,6 +220,8 @@ class CTranslate2Translator(Engine):
         def align(sources, targets):
             """Teacher-forced: each target forced as the prefix of a greedy search one token
             longer, whose attention rows for the prefix are the pair's (the rest is left)."""
+            from keras_transformer.decoding.search.alignment import ctranslate2_pharaoh
+
             rows = [i for i, (s, t) in enumerate(zip(sources, targets)) if s and t]
             lines = [""] * len(sources)
             if not rows:

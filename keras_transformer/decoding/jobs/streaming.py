@@ -263,16 +263,31 @@ def window_seed(seed, first_line):
     return int(np.random.SeedSequence([seed, first_line]).generate_state(1)[0] % 2 ** 31)
 
 
+def keras_backend():
+    """Keras' backend, read without importing Keras where it is not loaded (the CTranslate2
+    engine): KERAS_BACKEND, else Keras' config file, else its default, as Keras reads them."""
+    if sys.modules.get("keras") is not None:
+        return sys.modules["keras"].backend.backend()
+    import os
+    import pathlib
+
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    home = pathlib.Path(os.environ.get("KERAS_HOME") or pathlib.Path.home() / ".keras")
+    try:
+        return json.loads((home / "keras.json").read_text()).get("backend", "tensorflow")
+    except (OSError, ValueError):
+        return "tensorflow"
+
+
 def job_identity(decoder, **extra):
     """What decides a job's output lines, beside its inputs: the request's values, the run,
     the backend, the resolved precision and the weights' file identity (`extra`: more, such
     as an output format). A partial output written with anything else is started over."""
-    import keras
-
     request = decoder.request
     weights = (decoder.ctranslate2_folder() / "model.bin" if request.engine == "ctranslate2"
                else decoder.model_file()[0])
-    return {"command": decoder.command, "backend": keras.backend.backend(),
+    return {"command": decoder.command, "backend": keras_backend(),
             "options": {**request.recorded(), **extra},
             "run_dir": str(decoder.run.directory.resolve()),
             "precision": decoder.precision[0],
