@@ -15,8 +15,12 @@ last position; CTranslate2: minimum and maximum decoding length), so runs are co
 whatever the weights. Prints one JSON line; target_tokens_per_s counts the batch x out-len
 output tokens (the returned translations), not the beam x batch x out-len tokens scored along
 the way. With --engine ctranslate2 the model is exported through `keras-transformer export
---format ctranslate2`'s code (`keras_transformer.export.ct2`), both engines use --threads
-threads, and `ratio_vs_ctranslate2` is our tokens/s over CTranslate2's (> 1: ours is faster).
+--format ctranslate2`'s code (`keras_transformer.export.ct2`) and CTranslate2 is timed at each
+of its threading settings (`ct2_reference.threading_grid`: workers x threads up to the core
+count, the batch split among the workers, and its defaults; `ctranslate2_settings`), and
+at its best (`ctranslate2_best`, `ctranslate2_seconds`); our search uses --threads intra-op
+threads; `ratio_vs_ctranslate2` is our tokens/s over CTranslate2's best (> 1: ours is
+faster).
 
 `search_gflop` counts the matrix multiplications any engine must do for these shapes
 (`flops.search_flops`: encoder, cross-attention keys and values, then per row and step the
@@ -31,8 +35,10 @@ bfloat16 (`bf16_*`, and `bf16_speedup`: float32 seconds over bf16 seconds) and C
 keys as with --engine ctranslate2, float32 unless --quantize; `bf16_ratio_vs_ctranslate2`:
 CTranslate2's seconds over bf16's, > 1: ours in bf16 is faster) and the search `translate` runs
 by default on this CPU (`default_*`: the decoder's "auto" precision and XLA choices, with their
-reason; timed once more unless it is one of the two above; `default_ratio_vs_ctranslate2`).
-Run it at --batch 32 and at --batch 1 for the two ratios.
+reason; timed once more unless it is one of the two above; `default_ratio_vs_ctranslate2`);
+the fastest of ours is `ours_best_setting`, its ratio `ours_best_ratio_vs_ctranslate2`. Every
+ratio is against CTranslate2's best setting. Run it at --batch 32 and at --batch 1 (and with
+--threads 1: TensorFlow's pools are sized once per process) for the ratios.
 
 --profile LOGDIR profiles one more run of our search and prints the top op types and, for beam
 search, `step_groups`: ops and milliseconds per search step by group (self-attention with its
@@ -51,6 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from tf_common import measure_matmul_peak, op_time_table, step_group_table  # noqa: E402
 from common import PAPER_VOCAB_SIZE, emit, timed  # noqa: E402
 from flops import search_flops  # noqa: E402
+from ct2_reference import DEFAULTS, label, threading_grid  # noqa: E402
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -63,8 +70,12 @@ from keras_transformer.decoding.search.greedy import translate_greedy  # noqa: E
 from pipelines.special_ids import EOS_ID  # noqa: E402
 
 
-def ctranslate2_seconds(model, source, args):
-    """Exports `model` with our CTranslate2 export and times its translate_batch."""
+def ctranslate2_sweep(model, source, args):
+    """Exports `model` with our CTranslate2 export and times its translate_batch at each
+    threading setting (`ct2_reference.threading_grid`: workers x threads, products up to the
+    core count, and CTranslate2's defaults), the batch split among the workers
+    (max_batch_size), as CTranslate2's users spread one call over its workers. Returns
+    {setting label: median seconds}."""
     import ctranslate2
 
     from keras_transformer.export.ct2 import build_spec
@@ -74,21 +85,26 @@ def ctranslate2_seconds(model, source, args):
     spec = build_spec(model, pieces, max_input_length=args.src_len)
     spec.optimize(quantization=None if args.quantize == "none" else args.quantize)
     tokens = [[pieces[i] for i in row[:-1]] for row in source]  # CTranslate2 adds EOS
+    found = {}
     with tempfile.TemporaryDirectory() as folder:
         spec.save(folder)
-        translator = ctranslate2.Translator(folder, device="cpu", compute_type="default",
-                                            intra_threads=args.threads, inter_threads=1)
+        for workers, threads in threading_grid():
+            translator = ctranslate2.Translator(folder, device="cpu", compute_type="default",
+                                                intra_threads=threads, inter_threads=workers)
 
-        def run():
-            return translator.translate_batch(
-                tokens, beam_size=args.beam, length_penalty=0.6, max_batch_size=args.batch,
-                min_decoding_length=args.out_len, max_decoding_length=args.out_len,
-                return_end_token=True)
+            def run():
+                return translator.translate_batch(
+                    tokens, beam_size=args.beam, length_penalty=0.6,
+                    max_batch_size=-(-args.batch // workers),
+                    min_decoding_length=args.out_len, max_decoding_length=args.out_len,
+                    return_end_token=True)
 
-        outputs = run()
-        lengths = {len(output.hypotheses[0]) for output in outputs}
-        assert lengths == {args.out_len}, f"CTranslate2 output lengths {lengths}"
-        return timed(run, args.repeats)[0]
+            outputs = run()
+            lengths = {len(output.hypotheses[0]) for output in outputs}
+            assert lengths == {args.out_len}, f"CTranslate2 output lengths {lengths}"
+            found[label((workers, threads))] = timed(run, args.repeats)[0]
+            del translator
+    return found
 
 
 def search_function(model, args, xla=None):
@@ -150,7 +166,8 @@ def main(argv=None):
     parser.add_argument("--quantize", default="none", choices=("none", "int8", "int8_float32"),
                         help="CTranslate2 weights (none: float32)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                        help="threads for both engines (default: every core)")
+                        help="our search's intra-op threads (default: every core; "
+                        "CTranslate2's settings are swept)")
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
                         help="what our search computes in (bfloat16: weights cast once)")
     parser.add_argument("--compare", action="store_true",
@@ -209,11 +226,16 @@ def main(argv=None):
     if args.engine == "ctranslate2" or args.compare:
         import ctranslate2
 
-        ct2 = ctranslate2_seconds(model, source, args)
+        settings = ctranslate2_sweep(model, source, args)
+        best = min((name for name in settings if name != label(DEFAULTS)), key=settings.get)
+        ct2 = settings[best]
         record.update({
             "ctranslate2_version": ctranslate2.__version__,
             "ctranslate2_quantize": args.quantize,
+            "ctranslate2_settings": {name: round(value, 4) for name, value in settings.items()},
+            "ctranslate2_best": best,
             "ctranslate2_seconds": round(ct2, 4),
+            "ctranslate2_defaults_seconds": round(settings[label(DEFAULTS)], 4),
             "ctranslate2_target_tokens_per_s": round(tokens / ct2, 1),
             "ctranslate2_achieved_gflops": round(flops / ct2 / 1e9, 1),
             "ratio_vs_ctranslate2": round(ct2 / seconds, 3),
@@ -221,6 +243,11 @@ def main(argv=None):
         if args.compare:
             record["bf16_ratio_vs_ctranslate2"] = round(ct2 / record["bf16_seconds"], 3)
             record["default_ratio_vs_ctranslate2"] = round(ct2 / record["default_seconds"], 3)
+            ours = {"float32": seconds, "bfloat16": record["bf16_seconds"],
+                    "default": record["default_seconds"]}
+            winner = min(ours, key=ours.get)
+            record.update(ours_best_setting=winner, ours_best_seconds=round(ours[winner], 4),
+                          ours_best_ratio_vs_ctranslate2=round(ct2 / ours[winner], 3))
     emit(record)
 
 

@@ -22,11 +22,19 @@ RSS is its own):
     function     a Python server's way: tf.saved_model.load once, `serving_default` called with
                  every input (a Python call applies no defaults: they are read from the same
                  SignatureDef).
-    ctranslate2  `keras-transformer export --format ctranslate2 --quantize int8` of the same
-                 run, translated through our CTranslate2Translator with the SavedModel's
-                 default beam and alpha (read from its SignatureDef; the request's defaults
-                 without --saved-model) and CTranslate2's own defaults of one inter-op
-                 worker, every core intra-op.
+    ctranslate2  CTranslate2 itself as a server of its own users holds it: `keras-transformer
+                 export --format ctranslate2 --quantize int8` of the same run loaded once
+                 into a `ctranslate2.Translator`, each request one `translate_batch` of its
+                 sentences' pieces (the export's SentencePiece model; the SavedModel's default
+                 beam and alpha, read from its SignatureDef, else the request's defaults; our
+                 length limits), concurrent requests spread over its workers. It runs once per
+                 threading setting (`ct2_reference.threading_grid`: inter_threads workers x
+                 intra_threads threads, products up to the core count, and CTranslate2's own
+                 defaults, one worker with intra_threads 0), each in a fresh process, kept
+                 under `ctranslate2 WxT`; the anchor is, per client thread count, the best of
+                 them (`ctranslate2_best`: the setting that won at each count).
+    ctranslate2-lane  our CTranslate2 engine (`Decoder(Request(engine="ctranslate2"))`, its
+                 default workers and threads) on the same export and search.
 
 For each thread count (1, 2, 4, 8) the same --requests requests (--per-request real sentences
 each: Multi30k val when ../shared/data/multi30k is there, else --sentences or the run's dev
@@ -50,8 +58,9 @@ a few rows per search, a matmul cut across cores costs more in handing over than
 server environment): TensorFlow's own kernels instead of oneDNN's, whose per-thread primitive
 caches grow with every new shape of a float32 search. Each record's `onednn` says which ran.
 
-Beside CTranslate2, each other engine's requests/s over CTranslate2's at each thread count:
-`session_ratio_vs_ctranslate2` and so on (> 1: faster).
+Beside CTranslate2, each other engine's requests/s over CTranslate2's best setting at each
+thread count: `session_ratio_vs_ctranslate2`, `ctranslate2-lane_ratio_vs_ctranslate2` and so on
+(> 1: faster).
 
 Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
 an error, a mismatch or RSS growth over 5%. The Session and function engines are
@@ -74,14 +83,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit  # noqa: E402
+from ct2_reference import DEFAULTS, label, threading_grid  # noqa: E402
 from tf_serving import FunctionHandler, PredictHandler, signature_defs  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-ENGINES = ("session", "session-unbatched", "function", "ctranslate2")
+ENGINES = ("session", "session-unbatched", "function", "ctranslate2", "ctranslate2-lane")
 # The export each engine loads (its key in `prepare`'s paths).
 EXPORT_OF = {"session": "saved_model", "session-unbatched": "saved_model_unbatched",
-             "function": "saved_model", "ctranslate2": "ctranslate2"}
+             "function": "saved_model", "ctranslate2": "ctranslate2",
+             "ctranslate2-lane": "ctranslate2"}
 THREAD_COUNTS = (1, 2, 4, 8)
 SCORE_TOLERANCE = 1e-5
 MAX_RSS_GROWTH = 0.05
@@ -90,7 +101,9 @@ MAX_RSS_GROWTH = 0.05
 def engine_answer(engine, paths, pools=(0, 0)):
     """A function sentences -> (translations, scores or None) for `engine`, loaded once;
     `pools`: (intra-op, inter-op) threads of a TensorFlow engine (0: TensorFlow's choice)."""
-    if engine != "ctranslate2":
+    if engine == "ctranslate2":
+        return ctranslate2_answer(paths, pools)
+    if engine != "ctranslate2-lane":
         handler = (FunctionHandler if engine == "function" else PredictHandler)(
             paths[EXPORT_OF[engine]], intra_op_threads=pools[0], inter_op_threads=pools[1])
 
@@ -107,6 +120,34 @@ def engine_answer(engine, paths, pools=(0, 0)):
     translator = Decoder(Request(engine="ctranslate2", ctranslate2_model=str(
         paths["ctranslate2"]), **search)).engine()
     return lambda sentences: (translator.translate(sentences), None)
+
+
+def ctranslate2_answer(paths, setting):
+    """CTranslate2 as its users serve it: one Translator of `setting` (workers, threads), one
+    translate_batch per request (the GIL released: concurrent requests run on the workers)."""
+    import json
+
+    import ctranslate2
+    import sentencepiece
+
+    folder = pathlib.Path(paths["ctranslate2"])
+    limits = json.loads((folder / "keras_transformer.json").read_text(encoding="utf-8"))
+    search = signature_defaults(paths["saved_model"]) if paths.get("saved_model") else {}
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "spm.model"))
+    translator = ctranslate2.Translator(str(folder), inter_threads=setting[0],
+                                        intra_threads=setting[1])
+    suppressed = [[piece] for piece in limits["suppressed"]] or None
+    longest = limits["max_input_length"] - 1
+
+    def answer(sentences):
+        pieces = [p[:longest] for p in processor.encode(sentences, out_type=str)]
+        results = translator.translate_batch(
+            pieces, beam_size=search.get("beam_size", 4), length_penalty=search.get("alpha", 0.6),
+            max_input_length=0, max_decoding_length=max(map(len, pieces)) + 50,
+            suppress_sequences=suppressed)
+        return [processor.decode(r.hypotheses[0]) for r in results], None
+
+    return answer
 
 
 def signature_defaults(export_dir):
@@ -153,7 +194,9 @@ def load_engine(engine, paths, requests, thread_counts, pools=(0, 0), environ=No
     answer = engine_answer(engine, paths, pools)
     answer(requests[0])  # warm-up, not counted: the first run optimizes the graph
     record = {"load_and_warmup_s": round(time.perf_counter() - start, 2), "threads": {}}
-    if engine != "ctranslate2":
+    if engine == "ctranslate2":
+        record["workers"], record["threads"] = pools
+    elif engine != "ctranslate2-lane":
         record["intra_op_threads"], record["inter_op_threads"] = pools
         record["onednn"] = onednn_on()
     total = len(requests) * len(thread_counts)
@@ -211,17 +254,36 @@ def load_engine(engine, paths, requests, thread_counts, pools=(0, 0), environ=No
     return record
 
 
+def best_ctranslate2(engines):
+    """Per client thread count, the best CTranslate2 setting's figures (with its `setting`),
+    from the engines named `ctranslate2 WxT`; None without them."""
+    settings = {name.split(" ", 1)[1]: engine for name, engine in engines.items()
+                if name.startswith("ctranslate2 ") and label(DEFAULTS) not in name}
+    if not settings:
+        return None
+    counts = next(iter(settings.values()))["threads"]
+    best = {}
+    for count in counts:
+        winner = max(settings, key=lambda s: settings[s]["threads"][count]["requests_per_s"])
+        best[count] = {**settings[winner]["threads"][count], "setting": winner}
+    return {"threads": best}
+
+
 def ratios_vs_ctranslate2(engines):
-    """Per engine and thread count, its requests/s over CTranslate2's at the same thread count
-    (> 1: faster than CTranslate2), under `<engine>_ratio_vs_ctranslate2`; nothing without the
-    ctranslate2 engine."""
-    anchor = engines.get("ctranslate2")
+    """Per engine and thread count, its requests/s over CTranslate2's best setting's at the
+    same thread count (> 1: faster than CTranslate2), under `<engine>_ratio_vs_ctranslate2`;
+    nothing without the ctranslate2 engine."""
+    anchor = best_ctranslate2(engines)
     if anchor is None:
         return {}
-    return {f"{name}_ratio_vs_ctranslate2": {
+    ratios = {f"{name}_ratio_vs_ctranslate2": {
         count: round(figures["requests_per_s"] / anchor["threads"][count]["requests_per_s"], 3)
         for count, figures in engine["threads"].items() if count in anchor["threads"]}
-        for name, engine in engines.items() if name != "ctranslate2"}
+        for name, engine in engines.items() if not name.startswith("ctranslate2 ")}
+    ratios["ctranslate2_best"] = {count: f["setting"] for count, f in anchor["threads"].items()}
+    ratios["ctranslate2_best_requests_per_s"] = {
+        count: f["requests_per_s"] for count, f in anchor["threads"].items()}
+    return ratios
 
 
 def read_lines(path):
@@ -350,12 +412,18 @@ def main(argv=None):
         requests = make_requests(sentences, args.requests, args.per_request)
         engines = {}
         environ = {"TF_ENABLE_ONEDNN_OPTS": "0"} if args.no_onednn else {}
-        for engine in args.engines:  # a fresh process each: its own peak RSS
+        runs = []  # (record name, engine, pools): CTranslate2 once per threading setting
+        for engine in args.engines:
+            if engine == "ctranslate2":
+                runs += [(f"ctranslate2 {label(s)}", engine, s) for s in threading_grid()]
+            else:
+                runs.append((engine, engine, (args.intra_op_threads, args.inter_op_threads)))
+        for name, engine, pools in runs:  # a fresh process each: its own peak RSS
             context = multiprocessing.get_context("spawn")
             with context.Pool(1) as pool:
-                engines[engine] = pool.apply(load_engine, (
-                    engine, paths, requests, thread_counts,
-                    (args.intra_op_threads, args.inter_op_threads), environ))
+                engines[name] = pool.apply(load_engine, (
+                    engine, paths, requests, thread_counts, pools,
+                    environ if not engine.startswith("ctranslate2") else {}))
     from keras_transformer.hardware import cpu_class, cpu_model
 
     record = {

@@ -33,81 +33,13 @@ def translate(args):
 
 
 def evaluate(args):
-    import dataclasses
-    import json
-    import pathlib
+    from keras_transformer.tasks.evaluate_job import check_files, evaluate_run
 
-    from keras_transformer.decoding.jobs.textio import checked_lines, read_lines
-    from keras_transformer.errors import InputError
-    from keras_transformer.evaluation.evaluate import alignments_path, evaluate_split
-    from pipelines import datasets
-
-    official = None  # the official tokenized references (Multi30k val / test2016)
     if args.src:
-        if not args.ref:
-            raise InputError("--src needs --ref (the reference translations).")
-        count = sum(1 for _ in checked_lines(args.src))  # all UTF-8 before anything is decoded
-        references = read_lines(args.ref)
-        if count != len(references):
-            raise InputError(f"{args.src} has {count} lines but {args.ref} has "
-                             f"{len(references)}.")
-        if not count:  # named here, before the model loads (evaluate_split refuses it too)
-            raise InputError(f"{args.src} and {args.ref} are empty: BLEU of no sentences is "
-                             "undefined. Give a test set of at least one line (one sentence "
-                             "per line).")
-        sources = checked_lines(args.src)  # read again, a window at a time
+        check_files(args.src, args.ref)  # before the model loads
     engine, decoder = engine_for(args, EVALUATE)
-    request, config = decoder.request, decoder.run.config
-    languages = engine.languages
-    if languages.several and request.target_language is None:
-        if args.src:
-            languages.tags(0)  # a file of one language pair: which target is it?
-        targets = list(languages.targets)  # every pair, one table
-    else:
-        targets = [request.target_language]
-    rows = []
-    for target in targets:
-        several = languages.several
-        if several:
-            engine.set_languages(dataclasses.replace(languages, default=target))
-        if args.src:
-            name = pathlib.Path(args.src).name
-        else:
-            where = config.data_arguments(target if several else None)
-            sources, references = datasets.split_texts(config.dataset, args.split, **where)
-            name = f"{config.dataset} {args.split} {where['src_lang']}-{where['tgt_lang']}"
-        lang = target if several else config.tgt_lang
-        if not args.src:
-            official = datasets.official_tokenized_references(config.dataset, args.split, lang,
-                                                              config.source_dir)
-        output = args.output or decoder.run.hypotheses_path(args.split, request.beam_size,
-                                                            target if several else None)
-        if args.output and len(targets) > 1:
-            output = pathlib.Path(args.output).with_suffix(f".{target}"
-                                                           + pathlib.Path(args.output).suffix)
-        aligned = alignments_path(output) if request.alignments else None
-        result = evaluate_split(engine, sources, references, lang=lang,
-                                official_references=official, output=output, alignments=aligned)
-        print(f"{name}: {len(references)} sentences, beam {request.beam_size}, alpha "
-              f"{request.alpha}; hypotheses in {output}"
-              + (f", word alignments in {aligned}" if aligned else ""))
-        for line in result.pop("lines"):
-            print(line)
-        row = {"set": name, "beam": request.beam_size, "alpha": request.alpha, **result}
-        print(json.dumps(row))
-        rows.append(row)
-    if len(rows) > 1:  # every pair of a run of several: one table
-        print(pair_table(rows))
-
-
-def pair_table(rows):
-    """One line per pair: sacreBLEU, chrF and the literature BLEU of each evaluated set."""
-    lines = [f"{'set':<32} {'sacreBLEU':>9} {'chrF':>6} {'lit. BLEU':>9}"]
-    for row in rows:
-        lines.append(f"{row['set']:<32} {row.get('sacrebleu', float('nan')):>9.2f} "
-                     f"{row.get('chrf', float('nan')):>6.2f} "
-                     f"{row.get('literature_bleu', float('nan')):>9.2f}")
-    return "\n".join(lines)
+    evaluate_run(engine, decoder, split=args.split, src=args.src, ref=args.ref,
+                 output=args.output)
 
 
 def attention(args):

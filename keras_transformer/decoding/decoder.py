@@ -122,8 +122,21 @@ class Decoder:
         return path, RUN if saved else DEFAULT
 
     def ctranslate2_folder(self):
-        return pathlib.Path(self.request.ctranslate2_model
-                            or ctranslate2_folder(self.run.directory))
+        """The CTranslate2 export the request names, else the run's that exists (float32
+        first, then int8: the one `demo` writes), else where the float32 one would be."""
+        if self.request.ctranslate2_model:
+            return pathlib.Path(self.request.ctranslate2_model)
+        return self.run_ctranslate2_export() or ctranslate2_folder(self.run.directory)
+
+    def run_ctranslate2_export(self):
+        """The run's CTranslate2 export in the default place (float32, else int8), or None."""
+        if self.run is None:
+            return None
+        for quantize in ("none", "int8"):
+            folder = ctranslate2_folder(self.run.directory, quantize)
+            if (folder / "model.bin").is_file():
+                return folder
+        return None
 
     def load_model(self):
         """The model of the run this decoder decodes with (an ensemble's: its members')."""
@@ -243,4 +256,10 @@ class Decoder:
         if RUN in self.sources.values():
             line += (f"; run: chosen by {self.chosen_by or 'an earlier command'}"
                      " (a flag overrides it)")
-        return line + (f"; {reason}" if reason else "")
+        line += f"; {reason}" if reason else ""
+        if request.engine == "tensorflow" and command in (TRANSLATE, EVALUATE):
+            export = self.run_ctranslate2_export()
+            if export is not None:  # the faster lane on a CPU, where the run has one
+                line += (f"; this run has a CTranslate2 export, {export}: --engine "
+                         "ctranslate2 translates with it, several times faster on a CPU")
+        return line

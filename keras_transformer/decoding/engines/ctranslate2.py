@@ -105,6 +105,7 @@ class CTranslate2Translator(Engine):
         self.workers, self.threads = default_threading(workers, threads)
         # Batches in flight (`Engine._run`): each worker busy, one more waiting for it.
         self.in_flight = 2 * self.workers if self.workers > 1 else 1
+        self.samples_in_flight = 1  # one sampling worker, its random stream in batch order
         self._engine_options = dict(device=device, compute_type=compute_type)
         self.translator = self._engine(self.workers, self.threads)
 

@@ -55,6 +55,9 @@ class Engine:
     # searches leave cores idle between their ops (TensorFlow's step-by-step graphs) sets more
     # than one; the results are the same, in the same order.
     in_flight = 1
+    # The same for sampling: an engine whose random stream is one per worker, consumed in the
+    # order batches arrive, samples one batch at a time (the same seed, the same samples).
+    samples_in_flight = None  # None: in_flight
     # The target languages of a run of several pairs (`engines.languages`): each source gets
     # its target's tag. A one-pair run's engine has none and translates as it always did.
     languages = TargetLanguages()
@@ -129,7 +132,8 @@ class Engine:
         sampling = {name: sampling.get(name, DEFAULTS[name]) for name in SAMPLING}
         check(sampling)
         return self._run(sentences, prefixes, self._sampler(**sampling), progress,
-                         tags=self.languages.tags(len(sentences), target_language))
+                         tags=self.languages.tags(len(sentences), target_language),
+                         in_flight=self.samples_in_flight)
 
     def score(self, sources, targets, progress=None, alignments=False, target_language=None):
         """log P(target | source) of each pair: a list of dicts {"log_prob": natural-log
@@ -165,11 +169,12 @@ class Engine:
 
     # -- the text layer ----------------------------------------------------------------------
     def _run(self, sentences, prefixes, decode_batch, progress, empty=("", 0.0),
-             constraints=None, tags=None):
+             constraints=None, tags=None, in_flight=None):
         """Per sentence, the hypotheses `decode_batch` finds, in input order; [empty] for
         an empty sentence, which is not decoded. A batch whose sentences have phrases
         (`constraints`) gets them as its third argument. `tags`: a run of several pairs:
-        each sentence's target tag, put in front of it (an empty one stays empty)."""
+        each sentence's target tag, put in front of it (an empty one stays empty).
+        `in_flight`: batches decoded at once (default: the engine's `in_flight`)."""
         sentences = _tagged([_normalized(s) for s in sentences], tags)
         prefix_rows = self._prefix_rows(sentences, prefixes)
         phrase_rows = self._phrase_rows(sentences, constraints)
@@ -188,7 +193,7 @@ class Engine:
             return given
 
         for chunk, found in zip(chunks, _in_order(decode_batch, map(inputs, chunks),
-                                                  self.in_flight)):
+                                                  in_flight or self.in_flight)):
             for i, hypotheses in zip(chunk, found):
                 results[i] = hypotheses
             if progress is not None:
