@@ -3,6 +3,7 @@ pre-norm, sinusoidal and learned positions), the CLI exports and translates with
 cannot express or run without is refused in one line."""
 
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -20,6 +21,7 @@ from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
 from tests.conftest import RUNTIME_PRESET  # noqa: E402
 
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 SOURCES = ["the dog runs in the park", "a big red cat", "green water"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "CAT RED BIG A", "WATER GREEN"]
 
@@ -272,3 +274,47 @@ assert not [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")
     assert f"API:{expected!r}" in result.stdout
     # The command says which workers and threads CTranslate2 runs with.
     assert "workers" in result.stderr and "threads 1" in result.stderr, result.stderr
+
+
+def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_run, tmp_path,
+                                                                      monkeypatch):
+    """decode.py's in-process sweep on the tiny preset, and the reference script's sweep of
+    fresh processes on the tiny run's int8 export: every setting of the grid measured, the
+    best chosen among the tuned ones (never CTranslate2's untuned defaults)."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import ct2_reference
+    import decode
+
+    grid = ct2_reference.threading_grid(2)
+    assert grid == [(1, 1), (1, 2), (2, 1), (1, 0)]
+    assert ct2_reference.threading_grid(4)[:-1] == [(1, 1), (1, 2), (1, 4), (2, 1), (2, 2),
+                                                    (4, 1)]
+    model = Transformer.from_preset("tiny", vocab_size=60)
+    model.build()
+    source = np.full((3, 5), 7, np.int32)
+    source[:, -1] = EOS_ID
+    args = argparse.Namespace(vocab_size=60, src_len=5, out_len=4, beam=2, batch=3,
+                              repeats=1, quantize="none")
+    found = decode.ctranslate2_sweep(model, source, args)
+    assert sorted(found) == sorted(ct2_reference.label(s) for s in ct2_reference.threading_grid())
+    assert all(seconds > 0 for seconds in found.values())
+
+    folder = export_run(tiny_run, format="ctranslate2", quantize="int8",
+                        output_dir=tmp_path / "exports", name="toy")
+    source_file = tmp_path / "source.txt"
+    source_file.write_text("the dog runs\n\na big red cat\n", encoding="utf-8")
+    swept = ct2_reference.sweep(folder, source_file, beam=2, alpha=1.0,
+                                grid=[(1, 1), (2, 1), (1, 0)],
+                                output_for=lambda name: tmp_path / f"{name}.txt")
+    assert sorted(swept["settings"]) == ["1x0 (CTranslate2's defaults)", "1x1", "2x1"]
+    assert swept["best"] in ("1x1", "2x1")
+    assert swept["best_seconds"] == min(swept["settings"][n]["wall_seconds"]
+                                        for n in ("1x1", "2x1"))
+    outputs = {n: (tmp_path / f"{n}.txt").read_text(encoding="utf-8") for n in swept["settings"]}
+    assert len(set(outputs.values())) == 1  # the threading changes the time, not the output
+    lines = outputs["1x1"].split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
+    for record in swept["settings"].values():
+        assert record["child_peak_rss_mb"] > 0 and record["lines"] == 3
