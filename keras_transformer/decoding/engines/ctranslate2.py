@@ -18,7 +18,7 @@ import json
 import os
 import pathlib
 
-from keras_transformer.decoding.engines.engine import Engine
+from keras_transformer.decoding.engines.engine import Engine, _in_order
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.errors import InputError
 from pipelines.vocabulary import FILENAME as VOCABULARY_FILE
@@ -179,8 +179,11 @@ class CTranslate2Translator(Engine):
         [(pieces, score)], best first, batched as `translate` batches."""
         keys = {i: self._batch_key(row, None) for i, row in enumerate(pieces)}
         results = [None] * len(pieces)
-        for chunk in self._chunks(sorted(keys, key=keys.get), keys):
-            found = self._search_batch([pieces[i] for i in chunk], None, nbest)
+        chunks = list(self._chunks(sorted(keys, key=keys.get), keys))
+        found_chunks = _in_order(lambda chunk: self._search_batch(
+            [pieces[i] for i in chunk], None, nbest), ([chunk] for chunk in chunks),
+            self.in_flight)
+        for chunk, found in zip(chunks, found_chunks):
             for i, hypotheses in zip(chunk, found):
                 results[i] = hypotheses
         return results
