@@ -30,6 +30,10 @@ With constraints (phrases every output must contain; `constraints`, after Post a
 phrases, a hypothesis may end only once it has met them all, and the alive beams are chosen by
 dynamic beam allocation across banks (constraint tokens met) rather than by score alone.
 
+The step is one body for every mode (`BeamStep`); what a mode does differently (a prefix's
+forced tokens, the constraints' tracking and allocation, the compact loop) is a small object
+whose hooks the step calls (`search.modes`; `beam_modes` composes them from the options).
+
 `translate_beam` is this mode's one body on a model (prefix, n-best and empty-row rules
 inside); `Translator` (through `compiled_beam_search`), the SavedModel signatures and the TFLite
 graph all run it.
