@@ -30,6 +30,10 @@ With constraints (phrases every output must contain; `constraints`, after Post a
 phrases, a hypothesis may end only once it has met them all, and the alive beams are chosen by
 dynamic beam allocation across banks (constraint tokens met) rather than by score alone.
 
+The step is one body for every mode (`BeamStep`); what a mode does differently (a prefix's
+forced tokens, the constraints' tracking and allocation, the compact loop) is a small object
+whose hooks the step calls (`search.modes`; `beam_modes` composes them from the options).
+
 `translate_beam` is this mode's one body on a model (prefix, n-best and empty-row rules
 inside); `Translator` (through `compiled_beam_search`), the SavedModel signatures and the TFLite
 graph all run it.
@@ -39,17 +43,17 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.decoding.search.compact import by_default, compact_start, shrink, take
+from keras_transformer.decoding.search.compact import CompactLoop, by_default
 from keras_transformer.decoding.search.compiling import compile_search
-from keras_transformer.decoding.search.constraints import (
-    INCOMPLETE, PhraseConstraints, first_occurrences)
+from keras_transformer.decoding.search.constraints import ConstraintBanks
+from keras_transformer.decoding.search.modes import LoopShape, Modes, Selection, Step
+from keras_transformer.decoding.search.prefix import PrefixForcing
 from keras_transformer.decoding.search.rules import (
-    NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
+    NEG_INF, finish, special_tokens_banned, with_optional_prefix)
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, encode, prefixed_step
-from keras_transformer.decoding.search.top_k import best_continuations, gather_beams
+from keras_transformer.decoding.search.top_k import gather_beams
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
-from keras_transformer.layers import rows as on_rows
 from pipelines.special_ids import BOS_ID, EOS_ID
 
 
@@ -107,10 +111,38 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
     batch = ops.shape(limits)[0]
     k = int(beam_size) if isinstance(beam_size, (int, np.integer)) else ops.cast(beam_size,
                                                                                 "int32")
-    alpha = ops.cast(alpha, "float32")
     steps = ops.max(limits, initial=1) if max_length is None else max_length
+    modes = beam_modes(batch, limits, k, prefix=prefix, constraints=constraints,
+                       compact=compact)
+    loop = _first_loop(batch, k, steps, state)
+    for mode in modes.all:
+        loop = mode.start(loop)
+    step = BeamStep(step_fn, modes, k, alpha, steps, min_length, stop_horizon)
+
+    def cond(loop):
+        return ops.logical_and(loop["index"] < steps, ops.logical_not(ops.all(loop["done"])))
+
+    final = modes.shape.results(ops.while_loop(cond, step, loop))
+    return {"ids": final["finished_seq"], "scores": final["finished_scores"],
+            "log_probs": final["finished_log_probs"]}
+
+
+def beam_modes(batch, limits, beam_size, prefix=None, constraints=None, compact=False):
+    """The modes a beam search composes (`search.modes`): a new mode is one line here."""
+    if compact and (prefix is not None or constraints is not None):
+        raise ValueError("a compact beam search takes no prefix and no constraints.")
+    others = () if prefix is None else (PrefixForcing(prefix),)
+    selection = Selection(beam_size) if constraints is None else ConstraintBanks(constraints,
+                                                                                 beam_size)
+    shape = CompactLoop(batch, limits, beam_size) if compact else LoopShape(batch, limits)
+    return Modes(selection, shape, others)
+
+
+def _first_loop(batch, k, steps, state):
+    """The loop's first values, before the modes add theirs: every sentence's pool empty and
+    one alive hypothesis (BOS) per sentence."""
     zeros_seq = ops.zeros((batch, k, steps), "int32")
-    initial = dict(
+    return dict(
         index=ops.convert_to_tensor(0, "int32"),
         tokens=ops.full((batch * k,), BOS_ID, "int32"),
         state=state,
@@ -123,179 +155,89 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
         finished_log_probs=ops.full((batch, k), NEG_INF, "float32"),
         done=ops.zeros((batch,), "bool"),
     )
-    forced_token = prefix_forcing(prefix)
-    phrases = None if constraints is None else PhraseConstraints(constraints)
-    if phrases is not None:
-        initial["met"], initial["progress"] = phrases.initial(k)  # (B, K, C) each
-        initial["finished_keys"] = initial["finished_scores"]  # the pool's order
-    if compact:
-        if prefix is not None or constraints is not None:
-            raise ValueError("a compact beam search takes no prefix and no constraints.")
-        initial = _compact_initial(initial, limits, k)
 
-    def body(s):
+
+class BeamStep:
+    """One step of beam search, the loop's body: the same for every mode, which it calls at
+    its hooks (`search.modes`; the picture in docs/design.md)."""
+
+    def __init__(self, step_fn, modes, beam_size, alpha, steps, min_length, stop_horizon):
+        self.step_fn, self.modes, self.k = step_fn, modes, beam_size
+        self.alpha = ops.cast(alpha, "float32")
+        self.steps, self.min_length, self.stop_horizon = steps, min_length, stop_horizon
+
+    def __call__(self, loop):
+        """The next loop state from `loop`: the model's step and its log-probabilities, the
+        candidates, then the finished pool and the alive beams (`select`)."""
+        index, modes = loop["index"], self.modes
+        rows, limits = modes.shape.searching(loop)
         # The name scopes group the step's ops in profiles (benchmarks/decode.py --profile).
-        index, searched = s["index"], searching(s)
         with keras.name_scope("decode_step"):
-            logits, state = step_fn(ops.expand_dims(s["tokens"], 1), s["state"], index)
+            logits, state = self.step_fn(ops.expand_dims(loop["tokens"], 1), loop["state"],
+                                         index)
         with keras.name_scope("scores"):
-            top_scores, parents, tokens = expand(s, index, logits, searched)
+            log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
+            vocab = ops.shape(log_probs)[-1]
+            log_probs = ops.reshape(log_probs, (rows, self.k, vocab))
+            step = Step(index, rows, vocab, limits, at_limit=(index + 1 >= limits)[:, None, None])
+            # Special tokens never; at the last allowed position only EOS. One select over the
+            # (B, K, V) log-probabilities (each pass over them costs as much as a matmul).
+            is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
+            banned = ops.logical_or(
+                special_tokens_banned(vocab, index, self.min_length)[None, None, :],
+                ops.logical_and(step.at_limit, ops.logical_not(is_eos_column)))
+            log_probs = ops.where(banned, NEG_INF, log_probs)  # banned: (B, 1, V)
+            for mode in modes.all:
+                log_probs = mode.adjust(loop, step, log_probs)
+            candidates = modes.selection.expand(loop, step, log_probs)
         with keras.name_scope("select_beams"):
-            return select(s, index, state, top_scores, parents, tokens, searched)
+            return self.select(loop, step, state, candidates)
 
-    def expand(s, index, logits, searched):
-        """The 2K best (beam, token) continuations per sentence (more with constraints)."""
-        rows, row_limits = searched
-        log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
-        vocab = ops.shape(log_probs)[-1]
-        log_probs = ops.reshape(log_probs, (rows, k, vocab))
-        # Special tokens never; at the last allowed position only EOS. One select over the
-        # (B, K, V) log-probabilities (each pass over them costs as much as a matmul here).
-        at_limit = (index + 1 >= row_limits)[:, None, None]
-        is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
-        banned = ops.logical_or(special_tokens_banned(vocab, index, min_length)[None, None, :],
-                                ops.logical_and(at_limit, ops.logical_not(is_eos_column)))
-        log_probs = ops.where(banned, NEG_INF, log_probs)  # banned: (B, 1, V)
-        if forced_token is not None:  # within its prefix, a sentence has one continuation
-            forced, token = forced_token(index)
-            other = ops.not_equal(ops.arange(vocab)[None, None, :], token[:, None, None])
-            log_probs = ops.where(ops.logical_and(forced[:, None, None], other), NEG_INF,
-                                  log_probs)
-        if phrases is not None:  # EOS once every phrase is met
-            log_probs = phrases.block_eos(log_probs, s["met"], at_limit)
-
-        # Expand: 2K best (beam, token) continuations per sentence.
-        if phrases is None:  # a top-k in two stages, exact (`search.top_k`)
-            top_scores, top_ids = best_continuations(s["alive_log_probs"], log_probs, 2 * k)
-            return top_scores, top_ids // vocab, top_ids % vocab  # (B, 2K) each
-        scores = s["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
-        top_scores, top_ids = ops.top_k(ops.reshape(scores, (rows, k * vocab)), k=2 * k)
-        # With constraints, also each beam's best and those that advance its phrases.
-        more = phrases.candidates(s["met"], s["progress"], scores)  # (parents, tokens, scores)
-        parents, tokens, top_scores = (ops.concatenate([a, b], axis=1) for a, b in
-                                       zip((top_ids // vocab, top_ids % vocab, top_scores), more))
-        return top_scores, parents, tokens
-
-    def select(s, index, state, top_scores, parents, tokens, searched):
-        """The next loop state: the finished pool, the alive beams and their caches."""
-        write_here = ops.equal(ops.arange(steps), index)[None, None, :]
-        candidates = ops.where(write_here, tokens[:, :, None],
-                               gather_beams(s["alive_seq"], parents))  # (B, 2K, T)
+    def select(self, loop, step, state, candidates):
+        """The next loop state: the finished pool, the alive beams and their decoder state."""
+        index, modes = step.index, self.modes
+        scores, parents, tokens = (candidates[name] for name in ("scores", "parents", "tokens"))
+        write_here = ops.equal(ops.arange(self.steps), index)[None, None, :]
+        sequences = ops.where(write_here, tokens[:, :, None],
+                              gather_beams(loop["alive_seq"], parents))  # (B, M, T)
         is_eos = ops.equal(tokens, EOS_ID)
-        real = ops.logical_and(top_scores > NEG_INF / 2, ops.logical_not(s["done"])[:, None])
-        if phrases is not None:
-            real = ops.logical_and(real, first_occurrences(parents, tokens))
-            met, progress = phrases.advance(gather_beams(s["met"], parents),
-                                            gather_beams(s["progress"], parents), tokens)
+        candidates["real"] = ops.logical_and(scores > NEG_INF / 2,
+                                             ops.logical_not(loop["done"])[:, None])
+        for mode in modes.all:
+            candidates = mode.track(loop, step, candidates)
 
-        # Finished pool: keep the K best of (pool + new EOS hypotheses).
-        new_scores = ops.where(ops.logical_and(is_eos, real),
-                               top_scores / length_penalty(index + 1, alpha), NEG_INF)
-        pool_scores = ops.concatenate([s["finished_scores"], new_scores], axis=1)
-        if phrases is None:
-            finished_scores, keep = ops.top_k(pool_scores, k=k)
-        else:  # those that lack phrases (ended at their limit) behind those that met them
-            new_keys = ops.where(ops.all(met, axis=2), new_scores, new_scores + INCOMPLETE)
-            finished_keys, keep = ops.top_k(
-                ops.concatenate([s["finished_keys"], new_keys], axis=1), k=k)
-            finished_scores = gather_beams(pool_scores, keep)
-        finished_seq = gather_beams(ops.concatenate([s["finished_seq"], candidates], 1), keep)
-        finished_log_probs = gather_beams(
-            ops.concatenate([s["finished_log_probs"], top_scores], 1), keep)
+        # Finished pool: the K best of (pool + new EOS hypotheses).
+        new_scores = ops.where(ops.logical_and(is_eos, candidates["real"]),
+                               scores / length_penalty(index + 1, self.alpha), NEG_INF)
+        new, keep = modes.selection.finish(loop, step, candidates, new_scores)
+        new.update(
+            index=index + 1,
+            finished_seq=gather_beams(ops.concatenate([loop["finished_seq"], sequences], 1),
+                                      keep),
+            finished_log_probs=gather_beams(
+                ops.concatenate([loop["finished_log_probs"], scores], 1), keep))
 
-        # Alive beams: the K best non-EOS continuations; the state follows their parents.
-        if phrases is None:
-            alive_log_probs, keep = ops.top_k(ops.where(is_eos, NEG_INF, top_scores), k=k)
-        else:  # by dynamic beam allocation across the banks
-            growing = ops.logical_and(real, ops.logical_not(is_eos))
-            room = limits - index - 2  # tokens that still fit before EOS
-            keep = phrases.allocate(top_scores, phrases.banks(met, progress), growing, room, k)
-            alive_log_probs = ops.where(gather_beams(growing, keep),
-                                        gather_beams(top_scores, keep), NEG_INF)
-        alive_seq = gather_beams(candidates, keep)
-        rows, row_limits = searched
-        parent_rows = gather_beams(parents, keep) + ops.arange(rows)[:, None] * k  # (B, K)
-        next_tokens = gather_beams(tokens, keep)
+        # Alive beams: K continuations other than EOS; the state follows their parents.
+        alive_log_probs, keep = modes.selection.keep_alive(loop, step, candidates, is_eos)
+        new.update(alive_seq=gather_beams(sequences, keep), alive_log_probs=alive_log_probs)
+        parent_rows = gather_beams(parents, keep) + ops.arange(step.rows)[:, None] * self.k
+        next_tokens = gather_beams(tokens, keep)  # (B, K) each
+        for mode in modes.all:
+            new = mode.advance(loop, step, new, candidates, keep)
 
-        # Early termination: nothing alive can still beat the lowest finished score.
-        pool_keys = finished_scores if phrases is None else finished_keys
+        # Early termination: nothing alive can still beat the lowest finished score, even
+        # under the largest penalty it could reach (at its limit, or within the horizon).
+        pool_keys = new[modes.selection.pool_key]
         filled = pool_keys > NEG_INF / 2
         lowest_finished = ops.min(ops.where(filled, pool_keys, -NEG_INF), axis=1)
         lowest_finished = ops.where(filled[:, 0], lowest_finished, NEG_INF)
-        # The largest penalty an alive hypothesis could reach: at its limit, or within the
-        # horizon.
-        reach = row_limits if not stop_horizon else ops.minimum(row_limits,
-                                                                  index + 1 + stop_horizon)
-        row_penalty = length_penalty(reach, alpha)
-        if phrases is None:
-            best_alive = alive_log_probs[:, 0] / row_penalty
-        else:  # the allocation does not sort the alive beams by score
-            best_alive = ops.max(alive_log_probs, axis=1) / row_penalty
-        done = ops.logical_or(ops.logical_or(s["done"], lowest_finished >= best_alive),
-                              index + 1 >= row_limits)
-        new = dict(index=index + 1, alive_seq=alive_seq, alive_log_probs=alive_log_probs,
-                   finished_seq=finished_seq, finished_scores=finished_scores,
-                   finished_log_probs=finished_log_probs, done=done)
-        if compact:  # the done sentences leave: their pools to the output, their rows dropped
-            return _leave(s, new, state, parent_rows, next_tokens)
-        with keras.name_scope("reorder_caches"):
-            parent_rows = ops.reshape(parent_rows, (-1,))
-            new["state"] = take(state, parent_rows)
-        new["tokens"] = ops.reshape(next_tokens, (-1,))
-        if phrases is not None:
-            new.update(met=gather_beams(met, keep), progress=gather_beams(progress, keep),
-                       finished_keys=finished_keys)
-        return new
-
-    def searching(s):
-        """(rows, limits) of the sentences the loop still searches."""
-        if compact:
-            return ops.shape(s["alive_log_probs"])[0], s["limits"]
-        return batch, limits
-
-    def cond(s):
-        return ops.logical_and(s["index"] < steps, ops.logical_not(ops.all(s["done"])))
-
-    final = ops.while_loop(cond, body, initial)
-    if compact:  # each sentence's pool was written out as it left
-        final = {name: final["out_" + name] for name in _POOL}
-    return {"ids": final["finished_seq"], "scores": final["finished_scores"],
-            "log_probs": final["finished_log_probs"]}
-
-
-# A compact search's state per sentence still searching (the model's state aside), and the
-# finished pool every sentence leaves behind (`search.compact`).
-_POOL = ("finished_seq", "finished_scores", "finished_log_probs")
-_PER_SENTENCE = _POOL + ("alive_seq", "alive_log_probs", "done", "live", "limits")
-
-
-def _compact_initial(initial, limits, k):
-    """The initial state of a compact search: the sentences' numbers ("live") and limits in
-    the state, and an output buffer per finished pool ("out_...")."""
-    initial = dict(initial, live=ops.arange(ops.shape(limits)[0], dtype="int32"),
-                   limits=limits, **{"out_" + name: initial[name] for name in _POOL})
-    (row_state, sentences), tokens = initial["state"], initial["tokens"]
-    per_sentence, ((row_state, tokens), sentences) = compact_start(
-        {name: initial[name] for name in _PER_SENTENCE}, ((row_state, tokens), sentences), k)
-    return dict(initial, **per_sentence, state=(row_state, sentences), tokens=tokens)
-
-
-def _leave(s, new, state, parent_rows, next_tokens):
-    """A compact search's next state: the sentences done at this step leave it (their pools
-    written to the output buffers), the others stay, their beams' rows reordered."""
-    row_state, sentences = state
-    done = new["done"]
-    new.update({name: s[name] for name in ("live", "limits")})
-    stay = ops.nonzero(ops.logical_not(done))[0]
-    with keras.name_scope("reorder_caches"):  # only the staying sentences' beams
-        rows = ops.reshape(on_rows.take(parent_rows, stay), (-1,))
-        row_state = take(row_state, rows)
-    tokens = ops.reshape(on_rows.take(next_tokens, stay), (-1,))
-    (kept, sentences), buffers = shrink(
-        done, ({name: new[name] for name in _PER_SENTENCE}, sentences), new["live"],
-        tuple((s["out_" + name], new[name]) for name in _POOL))
-    return dict(new, **kept, **{"out_" + name: buffer for name, buffer in zip(_POOL, buffers)},
-                state=(row_state, sentences), tokens=tokens)
+        reach = step.limits if not self.stop_horizon else ops.minimum(
+            step.limits, index + 1 + self.stop_horizon)
+        best_alive = modes.selection.best_alive(new["alive_log_probs"]) / length_penalty(
+            reach, self.alpha)
+        new["done"] = ops.logical_or(ops.logical_or(loop["done"], lowest_finished >= best_alive),
+                                     index + 1 >= step.limits)
+        return modes.shape.next(loop, step, new, state, parent_rows, next_tokens)
 
 
 def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],

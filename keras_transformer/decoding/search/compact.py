@@ -8,11 +8,14 @@ the step's state is a pair (rows, sentences) (`step.model_step(compact=True)`): 
 beams and what the step reads once per sentence (cross-attention keys and values). At a step
 where some sentences are done, their results are written to full-size outputs at their numbers
 and every per-sentence tensor keeps the others' rows (`shrink`); the loop ends when none is left.
+`CompactLoop` is beam search's loop shape for it (`search.modes`).
 """
 
+import keras
 from keras import ops, tree
 
 from keras_transformer.decoding.search.compiling import dynamic_shapes
+from keras_transformer.decoding.search.modes import LoopShape
 from keras_transformer.layers import rows as on_rows
 
 
@@ -59,3 +62,60 @@ def shrink(done, kept, live, outputs):
 def take(nest, indices):
     """Every tensor of `nest`, rows `indices` of its first axis."""
     return tree.map_structure(lambda t: on_rows.take(t, indices), nest)
+
+
+# A compact beam search's state per sentence still searching (the model's state aside), and
+# the finished pool every sentence leaves behind.
+_POOL = ("finished_seq", "finished_scores", "finished_log_probs")
+_PER_SENTENCE = _POOL + ("alive_seq", "alive_log_probs", "done", "live", "limits")
+
+
+class CompactLoop(LoopShape):
+    """Beam search's compact loop: a sentence leaves once it is done, its finished pool
+    written to the output ("out_..." buffers) as it leaves. The loop state keeps the searching
+    sentences' numbers ("live") and limits; the step's state is a pair (rows, sentences)
+    (`step.model_step(compact=True)`).
+
+    Args:
+        batch: B.
+        limits: (B,) int32 output limits.
+        beam_size: K.
+    """
+
+    def __init__(self, batch, limits, beam_size):
+        super().__init__(batch, limits)
+        self.beam_size = beam_size
+
+    def start(self, loop):
+        """The sentences' numbers and limits in the loop state, and an output buffer per
+        finished pool ("out_...")."""
+        loop = dict(loop, live=ops.arange(self.batch, dtype="int32"), limits=self.limits,
+                    **{"out_" + name: loop[name] for name in _POOL})
+        (row_state, sentences), tokens = loop["state"], loop["tokens"]
+        per_sentence, ((row_state, tokens), sentences) = compact_start(
+            {name: loop[name] for name in _PER_SENTENCE}, ((row_state, tokens), sentences),
+            self.beam_size)
+        return dict(loop, **per_sentence, state=(row_state, sentences), tokens=tokens)
+
+    def searching(self, loop):
+        return ops.shape(loop["alive_log_probs"])[0], loop["limits"]
+
+    def next(self, loop, step, new, state, parent_rows, next_tokens):
+        """The sentences done at this step leave (their pools written to the output buffers),
+        the others stay, their beams' rows reordered."""
+        row_state, sentences = state
+        done = new["done"]
+        new.update({name: loop[name] for name in ("live", "limits")})
+        stay = ops.nonzero(ops.logical_not(done))[0]
+        with keras.name_scope("reorder_caches"):  # only the staying sentences' beams
+            rows = ops.reshape(on_rows.take(parent_rows, stay), (-1,))
+            row_state = take(row_state, rows)
+        tokens = ops.reshape(on_rows.take(next_tokens, stay), (-1,))
+        (kept, sentences), buffers = shrink(
+            done, ({name: new[name] for name in _PER_SENTENCE}, sentences), new["live"],
+            tuple((loop["out_" + name], new[name]) for name in _POOL))
+        return dict(new, **kept, **dict(zip(("out_" + name for name in _POOL), buffers)),
+                    state=(row_state, sentences), tokens=tokens)
+
+    def results(self, final):
+        return {name: final["out_" + name] for name in _POOL}

@@ -24,13 +24,18 @@ constraint tokens it has met: the lengths of its met phrases plus its longest pr
 
 A repeated phrase is met by one occurrence (the phrases are tracked independently).
 
+`ConstraintBanks` is beam search's mode for them (`search.modes`): it tracks the phrases of each
+hypothesis and chooses the beams by banks.
+
 Everything is written in `keras.ops` with fixed shapes, as the search body is (tf.function,
 XLA, JAX).
 """
 
 from keras import ops
 
+from keras_transformer.decoding.search.modes import Selection
 from keras_transformer.decoding.search.rules import NEG_INF
+from keras_transformer.decoding.search.top_k import gather_beams
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 # Added to the score of a finished hypothesis that lacks phrases (forced to end at its length
@@ -176,3 +181,78 @@ class PhraseConstraints:
                                                                     "float32"), keys)
         _, keep = ops.top_k(ops.where(valid, keys, NEG_INF), k=beam_size)
         return keep
+
+
+class ConstraintBanks(Selection):
+    """Beam search with constraints: a hypothesis may end only once it has met every phrase,
+    each step also considers each beam's best continuation and those that advance its phrases
+    (`PhraseConstraints.candidates`), and the alive beams are chosen by dynamic beam allocation
+    across banks. A hypothesis forced to end at its limit without them ranks behind every one
+    that met them (the pool is ordered by "finished_keys": the scores, INCOMPLETE added to
+    those).
+
+    Args:
+        constraints: (B, C, L) int32 phrase ids, 0-padded (see the module docstring).
+        beam_size: K.
+    """
+
+    pool_key = "finished_keys"
+
+    def __init__(self, constraints, beam_size):
+        super().__init__(beam_size)
+        self.phrases = PhraseConstraints(constraints)
+
+    def start(self, loop):
+        met, progress = self.phrases.initial(self.beam_size)  # (B, K, C) each
+        return dict(loop, met=met, progress=progress, finished_keys=loop["finished_scores"])
+
+    def adjust(self, loop, step, log_probs):
+        return self.phrases.block_eos(log_probs, loop["met"], step.at_limit)  # EOS once all are met
+
+    def expand(self, loop, step, log_probs):
+        """The 2K best continuations by one top-k over all of them, then each beam's best and
+        those that advance its phrases: M = 2K + K (2 + C)."""
+        k, vocab = self.beam_size, step.vocab
+        scores = loop["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
+        top_scores, top_ids = ops.top_k(ops.reshape(scores, (step.rows, k * vocab)), k=2 * k)
+        more = self.phrases.candidates(loop["met"], loop["progress"], scores)
+        parents, tokens, scores = (ops.concatenate([a, b], axis=1) for a, b in
+                                   zip((top_ids // vocab, top_ids % vocab, top_scores), more))
+        return dict(scores=scores, parents=parents, tokens=tokens)
+
+    def track(self, loop, step, candidates):
+        """Each candidate once (the same continuation may come twice), with its phrases' state
+        ("met", "progress": (B, M, C)) after its token."""
+        parents, tokens = candidates["parents"], candidates["tokens"]
+        met, progress = self.phrases.advance(gather_beams(loop["met"], parents),
+                                             gather_beams(loop["progress"], parents), tokens)
+        real = ops.logical_and(candidates["real"], first_occurrences(parents, tokens))
+        return dict(candidates, real=real, met=met, progress=progress)
+
+    def finish(self, loop, step, candidates, new_scores):
+        """The K best by key: those that lack phrases (ended at their limit) behind those that
+        met them."""
+        new_keys = ops.where(ops.all(candidates["met"], axis=2), new_scores,
+                             new_scores + INCOMPLETE)
+        keys, keep = ops.top_k(ops.concatenate([loop["finished_keys"], new_keys], axis=1),
+                               k=self.beam_size)
+        scores = gather_beams(ops.concatenate([loop["finished_scores"], new_scores], axis=1),
+                              keep)
+        return {"finished_scores": scores, "finished_keys": keys}, keep
+
+    def keep_alive(self, loop, step, candidates, is_eos):
+        """By dynamic beam allocation across the banks (`PhraseConstraints.allocate`): the
+        alive beams are not sorted by score."""
+        scores = candidates["scores"]
+        growing = ops.logical_and(candidates["real"], ops.logical_not(is_eos))
+        room = step.limits - step.index - 2  # tokens that still fit before EOS
+        banks = self.phrases.banks(candidates["met"], candidates["progress"])
+        keep = self.phrases.allocate(scores, banks, growing, room, self.beam_size)
+        return ops.where(gather_beams(growing, keep), gather_beams(scores, keep), NEG_INF), keep
+
+    def best_alive(self, alive_log_probs):
+        return ops.max(alive_log_probs, axis=1)
+
+    def advance(self, loop, step, new, candidates, keep):
+        return dict(new, met=gather_beams(candidates["met"], keep),
+                    progress=gather_beams(candidates["progress"], keep))
