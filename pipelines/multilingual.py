@@ -24,7 +24,6 @@ Nothing here knows the model or the training config.
 
 import math
 
-import numpy as np
 
 from pipelines.errors import DataError
 
@@ -58,6 +57,8 @@ def pair_shares(sizes, temperature=TEMPERATURE):
     """Each pair's probability in the mixed stream: (n_i / N) ** (1 / T), normalized."""
     if temperature <= 0:
         raise DataError(f"pair_sampling_temperature must be above 0; got {temperature!r}.")
+    import numpy as np
+
     sizes = np.asarray(sizes, np.float64)
     if sizes.size == 0 or np.any(sizes <= 0):
         raise DataError(f"every language pair needs training pairs; the sizes are "
@@ -78,6 +79,8 @@ def pair_order(counts, seed):
     """The pair index of each place of one pass: `counts[i]` places of pair i, shuffled with
     `seed` (int64, as tf.data's `choose_from_datasets` takes it: 8 bytes a training pair, held
     while the corpus is prepared)."""
+    import numpy as np
+
     order = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     np.random.default_rng(seed).shuffle(order)
     return order
@@ -96,6 +99,8 @@ def mixed_pairs(datasets, sizes, temperature=TEMPERATURE, seed=0):
 
 def count_pairs(dataset):
     """The number of elements of a finite tf.data dataset (read through once)."""
+    import numpy as np
+
     return int(dataset.reduce(np.int64(0), lambda count, _: count + 1).numpy())
 
 

@@ -18,7 +18,6 @@ import tempfile
 import time
 import types
 
-import numpy as np
 
 from pipelines.defaults import VOCAB_SIZE, VOCABULARY_SAMPLE
 from pipelines.files import no_space, no_space_error
@@ -79,6 +78,8 @@ class Vocabulary:
     def decode(self, ids):
         """(N, T) ids (a numpy array or lists), cut at the first EOS, padding and BOS dropped
         -> N strings."""
+        import numpy as np
+
         texts = []
         for row in np.asarray(ids).tolist() if not isinstance(ids, list) else ids:
             row = list(row)

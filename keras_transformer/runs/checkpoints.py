@@ -41,7 +41,6 @@ import re
 import typing
 import warnings
 
-import numpy as np
 
 from keras_transformer.errors import RunError
 from pipelines.files import atomic_path, remove_stale_temporaries, write_json
@@ -175,6 +174,8 @@ def save_checkpoint(model, directory, step, data_position=None, keep=None, state
 def _size_bound(model):
     """More bytes than the weights file of `model` and its optimizer takes: the arrays, plus
     HDF5's headers (well under 4 KiB a dataset), plus a margin."""
+    import numpy as np
+
     variables = list(model.weights)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None and optimizer.built:
@@ -201,6 +202,7 @@ def _restore_random_states(model, info):
     """Sets the random-generator states saved in a checkpoint's JSON (older checkpoints have
     none: the states are then left as they are)."""
     import keras
+    import numpy as np
 
     saved, variables = info.get("random_state"), _random_states(model)
     if not isinstance(saved, list) or len(saved) != len(variables):
@@ -362,6 +364,8 @@ def average_checkpoints(model, paths, skip_damaged=False):
     Returns:
         the paths averaged.
     """
+    import numpy as np
+
     total, used = None, []
     for path in paths:
         try:

@@ -18,7 +18,6 @@ import json
 import pathlib
 import typing
 
-import yaml
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.models.presets import get_preset
@@ -197,6 +196,8 @@ def load_config_file(path):
     if not path.is_file():
         raise ConfigError(f"Config file not found: {path}")
     text = path.read_text(encoding="utf-8")
+    import yaml
+
     try:
         values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as error:
