@@ -110,6 +110,16 @@ def shared_data():
     return SHARED_DATA
 
 
+def run_engine(run, command="translate", **given):
+    """The engine of a run (a `Run` or its directory) as the commands build it: the decoder of
+    `given` values, the rest the run's saved choice or the defaults (`Decoder.resolve`)."""
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.runs import open_run
+
+    run = open_run(run) if isinstance(run, (str, os.PathLike)) else run
+    return Decoder.resolve(run, given, command=command).engine()
+
+
 # A preset that exists only while the tests run, so that tests can change it after training.
 RUNTIME_PRESET = "test-runtime-tiny"
 
@@ -236,12 +246,10 @@ def toy_translators(tiny_run):
     """In-process translators of `tiny_run` by beam size (alpha 0.6, float32: as the exports
     search), each made on first use, so that the serving tests share their compiled
     searches."""
-    from keras_transformer.decoding.engines.translator import Translator
-
     class Translators(dict):
         def __missing__(self, beam_size):
-            self[beam_size] = Translator.from_run(tiny_run, beam_size=beam_size, alpha=0.6,
-                                                  precision="float32")
+            self[beam_size] = run_engine(tiny_run, beam_size=beam_size, alpha=0.6,
+                                         precision="float32")
             return self[beam_size]
 
     return Translators()

@@ -10,8 +10,8 @@ import pytest
 
 from keras_transformer import cli
 from keras_transformer.decoding.search.alignment import parse_pharaoh
-from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.export import ExportError, export_run
+from tests.conftest import run_engine
 
 LINES = ["the dog runs in the park", "", "a big red cat", "green   water ", "a"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "", "CAT RED BIG A", "WATER GREEN", ""]
@@ -48,7 +48,7 @@ def test_translate_alignments_lines_are_text_tab_pharaoh(tiny_run, tmp_path, cap
                      "--output", str(output), "--precision", "float32"]) == 0
     assert "\t" not in output.read_text(encoding="utf-8")
     # The Python API says the same; the plain translations are unchanged.
-    translator = Translator.from_run(tiny_run, precision="float32")
+    translator = run_engine(tiny_run, precision="float32")
     pairs = translator.translate(LINES, alignments=True)
     assert ["\t".join(pair) for pair in pairs] == lines
     assert [text for text, _ in pairs] == translator.translate(LINES)

@@ -12,6 +12,7 @@ from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
 from keras_transformer.models import Ensemble
 from keras_transformer.runs import Run
+from tests.conftest import run_engine
 
 # Recorded /proc/cpuinfo flags (abridged) of the three classes.
 AVX2 = {"sse4_2", "avx", "avx2", "fma"}
@@ -183,8 +184,8 @@ def test_the_command_says_its_precision_and_float32_restores_todays_output(run_c
     err = capsys.readouterr().err
     assert "precision float32 [flag]" in err and err.splitlines()[0].endswith(
         "; float32: --precision float32 given")
-    expected = Translator.from_run(run_copy, beam_size=4, alpha=0.6,
-                                   precision="float32").translate(sentences)
+    expected = run_engine(run_copy, beam_size=4, alpha=0.6,
+                          precision="float32").translate(sentences)
     assert output.read_text(encoding="utf-8") == "".join(line + "\n" for line in expected)
 
     assert cli.main(["translate", "--run-dir", str(run_copy), "--input", str(source),

@@ -18,6 +18,7 @@ from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.export.ct2 import build_spec, export_ctranslate2  # noqa: E402
 from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
+from tests.conftest import run_engine  # noqa: E402
 
 SOURCES = ["the dog runs in the park", "a big red cat", "green water"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "CAT RED BIG A", "WATER GREEN"]
@@ -132,13 +133,12 @@ def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
 
 @pytest.mark.slow
 def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, capsys):
-    from keras_transformer.decoding.engines.translator import Translator
     from keras_transformer.errors import InputError
 
     run = Run(tiny_run)
     folder = export_ctranslate2(run.load_model(), run.tokenizer(), tmp_path / "ct2",
                                 max_input_length=run.config.max_length)
-    ours = Translator.from_run(tiny_run, beam_size=1, precision="float32")
+    ours = run_engine(tiny_run, beam_size=1, precision="float32")
     theirs = CTranslate2Translator(folder, beam_size=1)
     # Scores: CTranslate2's score_batch equals ours within 1e-3 per token (EOS counted).
     sources, targets = SOURCES + ["", "a dog"], TARGETS + ["", ""]

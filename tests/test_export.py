@@ -16,10 +16,9 @@ import sacrebleu
 
 from keras_transformer import export
 from keras_transformer.export import warmup
-from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import RunError
 from keras_transformer.runs.run import TEMPORARY_PREFIX
-from tests.conftest import RUNTIME_CLI
+from tests.conftest import RUNTIME_CLI, run_engine
 from tests.training_helpers import run_python
 
 SENTENCES = 48
@@ -144,8 +143,8 @@ def saved_model(run_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def in_process(run_dir, test_set):
-    translator = Translator.from_run(run_dir, beam_size=4, alpha=0.6, batch_size=SENTENCES,
-                                     precision="float32")  # the exports are float32
+    translator = run_engine(run_dir, beam_size=4, alpha=0.6, batch_size=SENTENCES,
+                            precision="float32")  # the exports are float32
     return translator
 
 

@@ -15,7 +15,7 @@ from keras_transformer import cli
 from keras_transformer.errors import ConfigError, InputError
 from keras_transformer.runs import make_config
 from pipelines import multilingual
-from tests.conftest import RUNTIME_PRESET, toy_config
+from tests.conftest import RUNTIME_PRESET, run_engine, toy_config
 from tests.training_helpers import run_python, write_corpus
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -158,10 +158,8 @@ def test_translate_needs_a_target_and_names_the_choices(multi_run, capsys, tmp_p
 
 @pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s): `make test` only
 def test_the_python_api_translates_into_the_language_asked(multi_run):
-    from keras_transformer.decoding.engines.translator import Translator
-
     run_dir, _ = multi_run
-    translator = Translator.from_run(run_dir, beam_size=1, precision="float32")
+    translator = run_engine(run_dir, "evaluate", beam_size=1, precision="float32")
     with pytest.raises(InputError, match="translates into fr, de"):
         translator.translate(SOURCES)
     french = translator.translate(SOURCES, nbest=True, target_language="fr")
@@ -185,9 +183,7 @@ def test_evaluate_scores_every_pair_in_one_table(multi_run, capsys):
 
 
 def test_a_one_pair_run_takes_its_own_target_only(tiny_run):
-    from keras_transformer.decoding.engines.translator import Translator
-
-    translator = Translator.from_run(tiny_run, beam_size=1, precision="float32")
+    translator = run_engine(tiny_run, beam_size=1, precision="float32")
     plain = translator.translate(SOURCES)
     assert translator.translate(SOURCES, target_language="de") == plain  # no tag
     with pytest.raises(InputError, match="translates into de only"):

@@ -9,6 +9,7 @@ from keras_transformer.evaluation.attention_maps import attention_weights, plot
 from keras_transformer.evaluation.bleu import score, split_compounds
 from keras_transformer.decoding.engines.translator import Translator
 from pipelines.tokenizer import train_tokenizer
+from tests.conftest import run_engine
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +194,7 @@ def test_translate_decodes_with_the_runs_saved_choice_and_says_so(run_copy, tmp_
         return output.read_text(encoding="utf-8"), capsys.readouterr().err
 
     def expected(**search):
-        return "".join(line + "\n" for line in Translator.from_run(
+        return "".join(line + "\n" for line in run_engine(
             run_copy, **search).translate(sentences))
 
     text, err = translate()  # no saved choice: what translate always did
