@@ -103,12 +103,13 @@ def export_agreement(folder, targets, sentences, cpu):
     and with the run's beam and alpha."""
     from keras_transformer import export
     from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import EXPORT
     from keras_transformer.runs import open_run
     from pipelines import datasets
 
     run = open_run(folder / "multilingual")
-    ct2 = export.export_run(run.directory, format="ctranslate2", output_dir=folder / "exports",
-                            name="multilingual", overwrite=True)
+    ct2 = export.export_run(Decoder.resolve(run, command=EXPORT), format="ctranslate2",
+                            output_dir=folder / "exports", name="multilingual", overwrite=True)
     config = run.config
     for target in targets:
         sources = datasets.split_texts(config.dataset, "dev",

@@ -11,7 +11,7 @@ import pytest
 from keras_transformer import cli
 from keras_transformer.decoding.search.alignment import parse_pharaoh
 from keras_transformer.export import ExportError, export_run
-from tests.conftest import run_engine
+from tests.conftest import run_decoder, run_engine
 
 LINES = ["the dog runs in the park", "", "a big red cat", "green   water ", "a"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "", "CAT RED BIG A", "WATER GREEN", ""]
@@ -103,6 +103,6 @@ def test_what_alignments_do_not_apply_to_is_refused(tiny_run, tmp_path, capsys):
                      "--alignments"]) == 2
     assert "--alignments is for beam search, not --sample" in capsys.readouterr().err
     with pytest.raises(ExportError, match="alignments apply to the SavedModel's text"):
-        export_run(tiny_run, format="tflite", output_dir=tmp_path, alignments=True)
+        export_run(run_decoder(tiny_run, alignments=True), format="tflite", output_dir=tmp_path)
     with pytest.raises(ExportError, match="without --ids-only"):
-        export_run(tiny_run, output_dir=tmp_path, ids_only=True, alignments=True)
+        export_run(run_decoder(tiny_run, alignments=True), output_dir=tmp_path, ids_only=True)

@@ -18,7 +18,7 @@ from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.export.ct2 import build_spec, export_ctranslate2  # noqa: E402
 from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
-from tests.conftest import run_engine  # noqa: E402
+from tests.conftest import run_decoder, run_engine  # noqa: E402
 
 SOURCES = ["the dog runs in the park", "a big red cat", "green water"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "CAT RED BIG A", "WATER GREEN"]
@@ -85,7 +85,7 @@ def test_export_and_translate_from_the_command_line(tiny_run, tmp_path, capsys):
                      "--output-dir", str(exports), "--name", "toy"]) == 2
     assert "already exists" in capsys.readouterr().err
     with pytest.raises(ExportError, match="does not apply to the ctranslate2 format"):
-        export_run(tiny_run, format="ctranslate2", quantize="dynamic")
+        export_run(run_decoder(tiny_run), format="ctranslate2", quantize="dynamic")
 
     source = tmp_path / "input.txt"
     source.write_text("the dog runs\n\n  a   big cat \n", encoding="utf-8")

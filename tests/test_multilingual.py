@@ -15,7 +15,7 @@ from keras_transformer import cli
 from keras_transformer.errors import ConfigError, InputError
 from keras_transformer.runs import make_config
 from pipelines import multilingual
-from tests.conftest import RUNTIME_PRESET, run_engine, toy_config
+from tests.conftest import RUNTIME_PRESET, run_decoder, run_engine, toy_config
 from tests.training_helpers import run_python, write_corpus
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -258,7 +258,8 @@ def test_the_saved_model_serves_a_request_that_mixes_languages(multi_run, tmp_pa
     from keras_transformer import export
 
     run_dir, _ = multi_run
-    saved = export.export_run(run_dir, output_dir=tmp_path, name="multi", beam_size=2)
+    saved = export.export_run(run_decoder(run_dir, beam_size=2), output_dir=tmp_path,
+                              name="multi")
     result = run_python("-c", FRESH_PROCESS, str(BENCHMARKS), str(saved),
                         str(tmp_path / "answers.json"))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -277,7 +278,8 @@ def test_the_ctranslate2_export_scores_every_pair_as_the_keras_engine(multi_run,
     from keras_transformer.runs import open_run
 
     run_dir, _ = multi_run
-    folder = export.export_run(run_dir, format="ctranslate2", output_dir=tmp_path, name="m")
+    folder = export.export_run(run_decoder(run_dir), format="ctranslate2", output_dir=tmp_path,
+                               name="m")
     run, sources, targets = open_run(run_dir), SOURCES[::2], ["PARK THE DOG", "A CAT"]
     scores = {}
     for language in ("fr", "de"):
