@@ -12,7 +12,6 @@ from keras_transformer.decoding.search.sampling import RandomSampler, compiled_s
 from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.errors import InputError
-from pipelines.special_ids import EOS_ID
 from tests.conftest import run_engine
 from tests.test_search import VOCAB, hypotheses, sources
 
@@ -173,11 +172,16 @@ def test_translator_prefixes_samples_and_scores(tiny_run):
     again = translator.sample(sentences, num_samples=2, top_p=0.9, seed=9)
     assert again == translator.sample(sentences, num_samples=2, top_p=0.9, seed=9)
     scores = translator.score(sentences, free)
-    for (text, score), scored in zip([hyps[0] for hyps in best], scores):
-        assert scored["tokens"] >= 1
+    for sentence, (text, score), scored in zip(sentences, [hyps[0] for hyps in best], scores):
+        # The pieces and EOS: the score of a translation counts its end.
+        assert scored["tokens"] == len(translator.encode_targets([text])[0]) + 1
         assert scored["mean"] == pytest.approx(scored["log_prob"] / scored["tokens"])
+        if sentence:  # the search's score: the same log P, over the GNMT length penalty
+            penalty = ((5 + scored["tokens"]) / 6) ** translator.alpha
+            assert score == pytest.approx(scored["log_prob"] / penalty, abs=1e-3)
+        else:  # an empty sentence is not searched
+            assert (text, score) == ("", 0.0)
     with pytest.raises(InputError, match="top_p"):
         translator.sample(sentences, top_p=0.0)
     with pytest.raises(InputError, match="2 prefixes"):
         translator.translate(sentences, prefixes=["a", "b"])
-    assert EOS_ID == 2
