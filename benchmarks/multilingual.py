@@ -78,12 +78,11 @@ def bilingual(target, folder, args, settings):
 
 
 def multilingual(folder, args, settings):
-    from keras_transformer.tasks import multilingual_job
+    from keras_transformer.tasks import main_job
 
     steps = args.train_steps * len(args.targets) if args.train_steps else None
-    summary = multilingual_job.run(args.targets, output_dir=folder / "multilingual",
-                                   export_dir=folder / "exports", train_steps=steps,
-                                   settings=settings)
+    summary = main_job.run(tgt_lang=list(args.targets), output_dir=folder / "multilingual",
+                           export_dir=folder / "exports", train_steps=steps, settings=settings)
     return summary["test2016"], summary.get("training", {}).get("seconds", 0) / 60
 
 

@@ -344,17 +344,16 @@ def test_a_student_learns_one_pair_of_a_teacher_of_several(multi_run, two_corpor
 
 
 def test_the_multilingual_demo_has_the_compute_of_one_bilingual_demo_per_pair(capsys):
-    from keras_transformer.tasks import main_job, multilingual_job
+    from keras_transformer.tasks import main_job
 
-    recipe = multilingual_job.recipe(["de", "fr", "cs"])
+    recipe = main_job.recipe(tgt_lang=["de", "fr", "cs"])
     assert recipe["train_steps"] == 3 * main_job.QUICK["train_steps"]
     assert recipe["checkpoint_steps"] == 3 * main_job.QUICK["checkpoint_steps"]
     assert recipe["tgt_lang"] == ["de", "fr", "cs"]
     assert cli.main(["demo", "--tgt-lang", "de", "fr", "de"]) == 2
     assert "given twice" in capsys.readouterr().err
-    table = multilingual_job.pair_table({"fr": dict(sacrebleu=40.0, chrf=60.0,
-                                                    literature_bleu=41.0,
-                                                    wrong_language=0.004)})
+    table = main_job.pair_table({"fr": dict(sacrebleu=40.0, chrf=60.0, literature_bleu=41.0,
+                                            wrong_language=0.004)})
     assert "fr" in table and "0.40%" in table
 
 
@@ -377,4 +376,5 @@ def test_the_benchmark_compares_the_ctranslate2_export_with_the_keras_engine(mul
     for line in lines:
         assert line["sentences"] == 4
         assert line["greedy_identical"] == 1.0  # the export's documented tolerance
-        assert 0.0 <= line["beam_identical"] <= 1.0
+        # Beam search may differ (CTranslate2 stops by its own rule): a share of the sentences.
+        assert line["beam_identical"] in {k / 4 for k in range(5)}
