@@ -96,7 +96,8 @@ def register(commands):
         "in and out for one sentence, with spm.model beside it. CTranslate2: "
         "OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/ for CTranslate2's Translator (and "
         "`keras-transformer translate --engine ctranslate2`), spm.model inside; needs the "
-        "ctranslate2 extra (pip install 'keras-transformer[ctranslate2]'). Files are written "
+        "ctranslate2 package (installed with keras-transformer; else pip install "
+        "'keras-transformer[ctranslate2]'). Files are written "
         "under a temporary name and renamed when complete.",
     )
     add_run_flags(parser)
