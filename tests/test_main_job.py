@@ -120,7 +120,10 @@ def test_the_demo_is_one_job_for_one_pair_or_several(targets, shared_data, runti
                          for split, texts in splits.items()}
                 for target, splits in cut(config).items()}
 
+    official = datasets.official_tokenized_references
     monkeypatch.setattr(main_job, "pair_texts", few)
+    monkeypatch.setattr(datasets, "official_tokenized_references",
+                        lambda *args: (official(*args) or [])[:12] or None)
     monkeypatch.setattr(main_job, "VAL_SENTENCES", 6)
     monkeypatch.setattr(tuning, "ALPHAS", (0.6, 1.0))  # two beam searches on val, not four
     settings = dict(preset=runtime_preset, vocab_size=400, tokens_per_batch=512, max_length=32,
@@ -134,7 +137,8 @@ def test_the_demo_is_one_job_for_one_pair_or_several(targets, shared_data, runti
     choice = json.loads((run_dir / "decoding.json").read_text(encoding="utf-8"))
     assert (choice["beam_size"], choice["alpha"], choice["model"]) == (
         4, summary["alpha"], "averaged.keras")
-    assert json.loads((run_dir / main_job.SUMMARY).read_text(encoding="utf-8")) == summary
+    assert json.loads((run_dir / main_job.SUMMARY).read_text(encoding="utf-8")) == \
+        json.loads(json.dumps(summary))
     assert summary["saved_model"] == str(exports / name / "1")
     folder = exports / name / "ctranslate2-int8"
     assert (folder / "model.bin").is_file()
