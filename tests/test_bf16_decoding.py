@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer, hardware
+from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.decoding.request import Request
 from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.engines.precision import cast_model, resolve_precision
 from keras_transformer.decoding.engines.translator import Translator
@@ -150,12 +152,25 @@ def test_auto_is_bf16_on_the_bf16_classes_only(monkeypatch, trained):
     with pytest.raises(InputError, match="precision='float16' must be one of"):
         resolve_precision("float16")
 
-    # On a CPU without bf16 units the translator's default is float32: the model itself.
+    # The decoder resolves auto, and the translator computes in what it resolved: on a CPU
+    # without bf16 units float32 (the model itself), on a bf16 class bfloat16, said the same.
+    model, vocabulary, _ = trained
+
+    def auto():
+        decoder = Decoder(Request(beam_size=1, alpha=0.6, batch_size=8, precision="auto"))
+        translator = decoder.engine(model, vocabulary, 32)
+        assert (translator.precision, translator.precision_reason) == decoder.precision
+        return translator
+
     monkeypatch.setattr(hardware, "cpu_flags", lambda: set(AVX512))
-    translator = _translator(trained, "auto", 1)
-    assert translator.precision == "float32" and translator.model is trained[0]
+    translator = auto()
+    assert translator.precision == "float32" and translator.model is model
     monkeypatch.setattr(hardware, "cpu_flags", lambda: set(AMX))
-    assert _translator(trained, "auto", 1).precision == "bfloat16"
+    assert auto().precision == "bfloat16"
+    # Built directly, the translator takes a dtype, not the setting the decoder resolves.
+    assert Translator(model, vocabulary).precision == "float32"
+    with pytest.raises(InputError, match="precision='auto' must be one of float32, bfloat16"):
+        Translator(model, vocabulary, precision="auto")
 
 
 @pytest.mark.slow  # two more searches traced; the cast itself is checked in the fast tests
