@@ -66,17 +66,18 @@ class Translator(Engine):
             `beam_search`).
         jit_compile: compile the search with XLA (True or False: the decoder resolves
             "auto", where it was measured faster on this CPU class and precision,
-            `decoding.engines.xla`). XLA compiles once per input shape, so batches are padded to a few shapes (rows
-            to a power of two up to batch_size, widths to a few steps:
-            `compiling.bucket_rows`, `bucket_width`), the same outputs per sentence; a
+            `decoding.engines.xla`). XLA compiles once per input shape, so batches are
+            padded to a few shapes (rows to a power of two up to batch_size, widths to a few
+            steps: `compiling.bucket_rows`, `bucket_width`), the same outputs per sentence; a
             compilation takes seconds, which the command's persistent cache
             (`cli.compilation_cache`) pays once per machine. Under JAX the search is always
             compiled (jax.jit), on the same buckets.
         precision: "float32" or "bfloat16" (the decoder resolves "auto": bfloat16 on CPUs
-            with bf16 units, AMX or AVX-512 BF16; float32 elsewhere). In bfloat16 the translator searches a copy
-            of `model` whose weights are cast to bfloat16 here, once (`self.model`; the
-            LayerNorms keep float32); the log-softmax, scores and length penalty stay float32. A model still being trained
-            (its optimizer has stepped since the copy) is copied again before a translation.
+            with bf16 units, AMX or AVX-512 BF16; float32 elsewhere). In bfloat16 the
+            translator searches a copy of `model` whose weights are cast to bfloat16 here,
+            once (`self.model`; the LayerNorms keep float32); the log-softmax, scores and
+            length penalty stay float32. A model still being trained (its optimizer has
+            stepped since the copy) is copied again before a translation.
         precision_reason, xla_reason: why that precision and that XLA setting, in one line
             each (the decoder's; default: they were given).
 
