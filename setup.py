@@ -19,19 +19,23 @@ INSTALL_REQUIRES = [
     "tqdm==4.70.1",
     "matplotlib==3.11.2",
     "py3langid==0.4.0",  # the multilingual demo's wrong-language share (ships its model)
+    # the demo's CTranslate2 int8 export; export --format ctranslate2, translate --engine
+    # ctranslate2
+    "ctranslate2==4.8.5",
 ]
 
 EXTRAS_REQUIRE = {
-    # keras-transformer export --format ctranslate2, translate --engine ctranslate2
+    # part of the normal install now; the extra stays for `pip install
+    # 'keras-transformer[ctranslate2]'` written before
     "ctranslate2": ["ctranslate2==4.8.5"],
     # KERAS_BACKEND=jax: train, average, translate, evaluate without TensorFlow (CPU wheels here;
     # a GPU machine brings its own jax with CUDA)
     "jax": ["jax==0.10.2", "jaxlib==0.10.2"],
     # running the .tflite exports: LiteRT's interpreter (tf.lite.Interpreter is deprecated)
     "litert": ["ai-edge-litert==2.3.0"],
-    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "ctranslate2==4.8.5",
-            "jax==0.10.2", "jaxlib==0.10.2",
-            "ai-edge-litert==2.3.0"],  # LiteRT interpreter for the TFLite tests and benchmark
+    # LiteRT's interpreter for the TFLite tests and benchmark
+    "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "jax==0.10.2",
+            "jaxlib==0.10.2", "ai-edge-litert==2.3.0"],
 }
 
 setup(

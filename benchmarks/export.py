@@ -34,9 +34,14 @@ from ai_edge_litert.interpreter import Interpreter  # noqa: E402  (tf.lite's is 
 
 from keras_transformer import export  # noqa: E402
 from keras_transformer.decoding.decoder import Decoder  # noqa: E402
-from keras_transformer.decoding.request import Request  # noqa: E402
+from keras_transformer.decoding.request import EXPORT, Request  # noqa: E402
 from keras_transformer.runs import open_run  # noqa: E402
 from pipelines.sources import default_multi30k_dir  # noqa: E402
+
+
+def run_decoder(run_dir):
+    """The export command's decoder of the run: its saved choice, else the defaults."""
+    return Decoder.resolve(open_run(run_dir), command=EXPORT)
 
 
 def _size_mb(path):
@@ -78,7 +83,7 @@ def main(argv=None):
     in_process = translator.translate(sources)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        saved = export.export_run(args.run_dir, output_dir=tmp, name="model")
+        saved = export.export_run(run_decoder(args.run_dir), output_dir=tmp, name="model")
         record["savedmodel_export_s"] = round(time.perf_counter() - start, 1)
         record["savedmodel_mb"] = _size_mb(saved)
         loaded = tf.saved_model.load(str(saved))
@@ -99,8 +104,8 @@ def main(argv=None):
                        _upto_eos(xla(tf.constant([row]))["ids"].numpy()[0]))
         for quantize in export.QUANTIZATIONS:
             key = "tflite_" + ("float32" if quantize == "none" else quantize)
-            path = export.export_run(args.run_dir, format="tflite", quantize=quantize,
-                                     output_dir=tmp, name="model")
+            path = export.export_run(run_decoder(args.run_dir), format="tflite",
+                                     quantize=quantize, output_dir=tmp, name="model")
             record[key + "_mb"] = _size_mb(path)
             runner = Interpreter(model_path=str(path)).get_signature_runner()
             _one_at_a_time(record, key, rows, reference_ids, texts, bleu, lambda row: _upto_eos(
@@ -127,8 +132,8 @@ def _ctranslate2(run_dir, tmp, rows, reference_ids, record, texts, bleu):
 
     for quantize in ("none", "int8"):
         key = "ctranslate2_" + ("float32" if quantize == "none" else quantize)
-        path = export.export_run(run_dir, format="ctranslate2", quantize=quantize,
-                                 output_dir=tmp, name="model")
+        path = export.export_run(run_decoder(run_dir), format="ctranslate2",
+                                 quantize=quantize, output_dir=tmp, name="model")
         record[key + "_mb"] = _size_mb(path)
         translator = Decoder(Request(engine="ctranslate2", ctranslate2_model=str(path),
                                      beam_size=4, alpha=0.6)).engine()

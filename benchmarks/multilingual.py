@@ -78,12 +78,11 @@ def bilingual(target, folder, args, settings):
 
 
 def multilingual(folder, args, settings):
-    from keras_transformer.tasks import multilingual_job
+    from keras_transformer.tasks import main_job
 
     steps = args.train_steps * len(args.targets) if args.train_steps else None
-    summary = multilingual_job.run(args.targets, output_dir=folder / "multilingual",
-                                   export_dir=folder / "exports", train_steps=steps,
-                                   settings=settings)
+    summary = main_job.run(tgt_lang=list(args.targets), output_dir=folder / "multilingual",
+                           export_dir=folder / "exports", train_steps=steps, settings=settings)
     return summary["test2016"], summary.get("training", {}).get("seconds", 0) / 60
 
 
@@ -103,12 +102,13 @@ def export_agreement(folder, targets, sentences, cpu):
     and with the run's beam and alpha."""
     from keras_transformer import export
     from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import EXPORT
     from keras_transformer.runs import open_run
     from pipelines import datasets
 
     run = open_run(folder / "multilingual")
-    ct2 = export.export_run(run.directory, format="ctranslate2", output_dir=folder / "exports",
-                            name="multilingual", overwrite=True)
+    ct2 = export.export_run(Decoder.resolve(run, command=EXPORT), format="ctranslate2",
+                            output_dir=folder / "exports", name="multilingual", overwrite=True)
     config = run.config
     for target in targets:
         sources = datasets.split_texts(config.dataset, "dev",

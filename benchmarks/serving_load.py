@@ -338,14 +338,18 @@ def prepare(args, folder):
     needed = [EXPORT_OF[e] for e in args.engines]
     if any(paths[n] is None for n in needed):
         from keras_transformer import export
+        from keras_transformer.decoding.decoder import Decoder
+        from keras_transformer.decoding.request import EXPORT
+        from keras_transformer.runs import open_run
 
         run_dir = run_dir or train_tiny_run(folder, args.train_steps)
+        decoder = Decoder.resolve(open_run(run_dir), command=EXPORT)
         for name, format, extra in (
                 ("saved_model", "savedmodel", {}),
                 ("saved_model_unbatched", "savedmodel", {"batching": None}),
                 ("ctranslate2", "ctranslate2", {"quantize": "int8"})):
             if paths[name] is None and name in needed:
-                paths[name] = export.export_run(run_dir, format=format,
+                paths[name] = export.export_run(decoder, format=format,
                                                 output_dir=folder / "exports",
                                                 name=f"serving-{name}", **extra)
     if args.sentences:

@@ -23,12 +23,13 @@ EXPORT_DIR = "saved_models"
 
 
 def export_name(run_dir, name=None):
-    """The name an export of `run_dir` goes under: `name`, else the run directory's name."""
+    """The name an export of `run_dir` goes under: `name`, else the run directory's name
+    ('+' allowed: a run of several targets is named multi30k-en-de+fr+cs-quick)."""
     from keras_transformer.errors import InputError
 
     name = name or os.path.basename(os.path.abspath(run_dir))
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise InputError(f"name={name!r}: use letters, digits, '.', '_' and '-' only.")
+    if not re.fullmatch(r"[A-Za-z0-9_.+-]+", name):
+        raise InputError(f"name={name!r}: use letters, digits, '.', '_', '+' and '-' only.")
     return name
 
 

@@ -5,6 +5,7 @@ training config.
 
     pairs = load_pairs("multi30k", "train", "en", "de")
     sources, references = split_texts("multi30k", "test", "en", "de")
+    Mixing("multi30k", "en", ["de", "fr"], 5.0, 0, {}).pairs()  # several pairs, tagged, mixed
 
 Datasets:
 - "multi30k": Multi30k task 1 (train / val / test2016) from local raw files
@@ -18,7 +19,7 @@ Datasets:
 import hashlib
 import pathlib
 
-from pipelines import treebank
+from pipelines import multilingual, treebank
 from pipelines.defaults import MAX_LENGTH, SHARD_PAIRS, VOCAB_SIZE
 from pipelines.errors import DataError
 
@@ -215,6 +216,59 @@ def source_identity(dataset, src_lang, tgt_lang, *, data_dir=None, source_dir=No
     return identity
 
 
+def count_pairs(dataset):
+    """The number of elements of a finite tf.data dataset (read through once)."""
+    import numpy as np
+
+    return int(dataset.reduce(np.int64(0), lambda count, _: count + 1).numpy())
+
+
+class Mixing:
+    """The training data of several pairs as one corpus to prepare: its identity (the data
+    cache's key), its folder name and its mixed, tagged pairs (`multilingual`: the tags and
+    the mixing by temperature).
+
+    Args:
+        dataset: a dataset name (`load_pairs`).
+        src_langs, tgt_langs: one per pair.
+        temperature: the pair sampling temperature (None: `multilingual.TEMPERATURE`).
+        seed: the order of the mixed stream.
+        where: `load_pairs`' keywords, `text_files` being a list of each pair's {split: files}.
+    """
+
+    def __init__(self, dataset, src_langs, tgt_langs, temperature, seed, where):
+        self.dataset, self.seed = dataset, seed
+        self.temperature = multilingual.TEMPERATURE if temperature is None else temperature
+        files = where.get("text_files")
+        files = files if isinstance(files, (list, tuple)) else [files] * len(tgt_langs)
+        common = {key: value for key, value in where.items() if key != "text_files"}
+        sources = src_langs if isinstance(src_langs, (list, tuple)) else [src_langs] * len(
+            tgt_langs)
+        self.pairs_where = [(src, tgt, dict(common, text_files=text_files))
+                            for src, tgt, text_files in zip(sources, tgt_langs, files)]
+        self.name = f"{dataset}-{sources[0]}-{'+'.join(tgt_langs)}"
+
+    def identity(self):
+        return {"pairs": [source_identity(self.dataset, src, tgt, **where)
+                          for src, tgt, where in self.pairs_where],
+                "tags": "source", "temperature": self.temperature, "seed": self.seed}
+
+    def pairs(self):
+        """The mixed stream of tagged (source, target) pairs (one pass)."""
+        import tensorflow as tf
+
+        parts, sizes = [], []
+        for src, tgt, where in self.pairs_where:
+            pairs = load_pairs(self.dataset, "train", src, tgt, **where)
+            if pairs is None:
+                raise DataError(f"The {self.dataset} dataset has no training files for "
+                                f"{src}-{tgt}: give them (train_src / train_tgt).")
+            prefix = tf.constant(multilingual.tag(tgt) + " ")
+            parts.append(pairs.map(lambda s, t, prefix=prefix: (tf.strings.join([prefix, s]), t)))
+            sizes.append(count_pairs(pairs))
+        return multilingual.mixed_pairs(parts, sizes, self.temperature, self.seed)
+
+
 def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=None,
                           vocab_size=VOCAB_SIZE, vocabulary=None, seed=0, vocabulary_sample=None,
                           max_length=MAX_LENGTH, shard_pairs=SHARD_PAIRS, progress=True,
@@ -250,11 +304,8 @@ def prepare_training_data(dataset, src_lang="en", tgt_lang="de", *, cache_dir=No
     several = isinstance(tgt_lang, (list, tuple))
     symbols = vocabulary_symbols(dataset, where.get("source_dir"))
     if several:
-        from pipelines import multilingual
-
         symbols += tuple(multilingual.tag(lang) for lang in tgt_lang)
-        mixing = multilingual.Mixing(dataset, src_lang, tgt_lang, pair_sampling_temperature,
-                                     seed, where)
+        mixing = Mixing(dataset, src_lang, tgt_lang, pair_sampling_temperature, seed, where)
     settings = tokenizer_settings(vocab_size, seed=seed, user_symbols=symbols,
                                   **({"sample_size": vocabulary_sample} if vocabulary_sample
                                      else {}))

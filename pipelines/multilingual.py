@@ -19,7 +19,8 @@ places, its corpus read again from the start where it is upsampled. Which pair e
 the stream comes from is a seeded shuffle, so the prepared data (and therefore the batch stream
 and its resumable position) is the same for the same corpora, temperature and seed.
 
-Nothing here knows the model or the training config.
+Nothing here knows the model, the training config or the datasets: `datasets.Mixing` reads
+the pairs' corpora and mixes them with these functions.
 """
 
 import math
@@ -95,58 +96,3 @@ def mixed_pairs(datasets, sizes, temperature=TEMPERATURE, seed=0):
     counts = pair_counts(sizes, temperature)
     choices = tf.data.Dataset.from_tensor_slices(pair_order(counts, seed))
     return tf.data.Dataset.choose_from_datasets([d.repeat() for d in datasets], choices)
-
-
-def count_pairs(dataset):
-    """The number of elements of a finite tf.data dataset (read through once)."""
-    import numpy as np
-
-    return int(dataset.reduce(np.int64(0), lambda count, _: count + 1).numpy())
-
-
-class Mixing:
-    """The training data of several pairs as one corpus to prepare: its identity (the data
-    cache's key), its folder name and its mixed, tagged pairs.
-
-    Args:
-        dataset: a `pipelines.datasets` name.
-        src_langs, tgt_langs: one per pair.
-        temperature: the pair sampling temperature (None: `TEMPERATURE`).
-        seed: the order of the mixed stream.
-        where: `load_pairs`' keywords, `text_files` being a list of each pair's {split: files}.
-    """
-
-    def __init__(self, dataset, src_langs, tgt_langs, temperature, seed, where):
-        from pipelines import datasets
-
-        self.datasets = datasets
-        self.dataset, self.seed = dataset, seed
-        self.temperature = TEMPERATURE if temperature is None else temperature
-        files = where.get("text_files")
-        files = files if isinstance(files, (list, tuple)) else [files] * len(tgt_langs)
-        common = {key: value for key, value in where.items() if key != "text_files"}
-        sources = src_langs if isinstance(src_langs, (list, tuple)) else [src_langs] * len(
-            tgt_langs)
-        self.pairs_where = [(src, tgt, dict(common, text_files=text_files))
-                            for src, tgt, text_files in zip(sources, tgt_langs, files)]
-        self.name = f"{dataset}-{sources[0]}-{'+'.join(tgt_langs)}"
-
-    def identity(self):
-        return {"pairs": [self.datasets.source_identity(self.dataset, src, tgt, **where)
-                          for src, tgt, where in self.pairs_where],
-                "tags": "source", "temperature": self.temperature, "seed": self.seed}
-
-    def pairs(self):
-        """The mixed stream of tagged (source, target) pairs (one pass)."""
-        import tensorflow as tf
-
-        parts, sizes = [], []
-        for src, tgt, where in self.pairs_where:
-            pairs = self.datasets.load_pairs(self.dataset, "train", src, tgt, **where)
-            if pairs is None:
-                raise DataError(f"The {self.dataset} dataset has no training files for "
-                                f"{src}-{tgt}: give them (train_src / train_tgt).")
-            prefix = tf.constant(tag(tgt) + " ")
-            parts.append(pairs.map(lambda s, t, prefix=prefix: (tf.strings.join([prefix, s]), t)))
-            sizes.append(count_pairs(pairs))
-        return mixed_pairs(parts, sizes, self.temperature, self.seed)

@@ -110,6 +110,22 @@ def shared_data():
     return SHARED_DATA
 
 
+def run_decoder(run, command="export", **given):
+    """The decoder of a run (a `Run` or its directory) as the commands build it: `given`
+    values, the rest the run's saved choice or the defaults (`Decoder.resolve`); the export
+    command's by default (what `export.export_run` takes)."""
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.runs import open_run
+
+    run = open_run(run) if isinstance(run, (str, os.PathLike)) else run
+    return Decoder.resolve(run, given, command=command)
+
+
+def run_engine(run, command="translate", **given):
+    """The engine of a run as the commands build it (`run_decoder`)."""
+    return run_decoder(run, command, **given).engine()
+
+
 # A preset that exists only while the tests run, so that tests can change it after training.
 RUNTIME_PRESET = "test-runtime-tiny"
 
@@ -227,8 +243,8 @@ def toy_saved_model(tiny_run, tmp_path_factory):
     files run on one worker (`pytest_xdist_make_scheduler` below), so it is exported once."""
     from keras_transformer import export
 
-    return export.export_run(tiny_run, output_dir=tmp_path_factory.mktemp("toy-export"),
-                             name="toy")
+    return export.export_run(run_decoder(tiny_run),
+                             output_dir=tmp_path_factory.mktemp("toy-export"), name="toy")
 
 
 @pytest.fixture(scope="session")
@@ -236,12 +252,10 @@ def toy_translators(tiny_run):
     """In-process translators of `tiny_run` by beam size (alpha 0.6, float32: as the exports
     search), each made on first use, so that the serving tests share their compiled
     searches."""
-    from keras_transformer.decoding.engines.translator import Translator
-
     class Translators(dict):
         def __missing__(self, beam_size):
-            self[beam_size] = Translator.from_run(tiny_run, beam_size=beam_size, alpha=0.6,
-                                                  precision="float32")
+            self[beam_size] = run_engine(tiny_run, beam_size=beam_size, alpha=0.6,
+                                         precision="float32")
             return self[beam_size]
 
     return Translators()

@@ -10,8 +10,8 @@ import pytest
 
 from keras_transformer import cli
 from keras_transformer.decoding.search.alignment import parse_pharaoh
-from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.export import ExportError, export_run
+from tests.conftest import run_decoder, run_engine
 
 LINES = ["the dog runs in the park", "", "a big red cat", "green   water ", "a"]
 TARGETS = ["PARK THE IN RUNS DOG THE", "", "CAT RED BIG A", "WATER GREEN", ""]
@@ -48,7 +48,7 @@ def test_translate_alignments_lines_are_text_tab_pharaoh(tiny_run, tmp_path, cap
                      "--output", str(output), "--precision", "float32"]) == 0
     assert "\t" not in output.read_text(encoding="utf-8")
     # The Python API says the same; the plain translations are unchanged.
-    translator = Translator.from_run(tiny_run, precision="float32")
+    translator = run_engine(tiny_run, precision="float32")
     pairs = translator.translate(LINES, alignments=True)
     assert ["\t".join(pair) for pair in pairs] == lines
     assert [text for text, _ in pairs] == translator.translate(LINES)
@@ -103,6 +103,6 @@ def test_what_alignments_do_not_apply_to_is_refused(tiny_run, tmp_path, capsys):
                      "--alignments"]) == 2
     assert "--alignments is for beam search, not --sample" in capsys.readouterr().err
     with pytest.raises(ExportError, match="alignments apply to the SavedModel's text"):
-        export_run(tiny_run, format="tflite", output_dir=tmp_path, alignments=True)
+        export_run(run_decoder(tiny_run, alignments=True), format="tflite", output_dir=tmp_path)
     with pytest.raises(ExportError, match="without --ids-only"):
-        export_run(tiny_run, output_dir=tmp_path, ids_only=True, alignments=True)
+        export_run(run_decoder(tiny_run, alignments=True), output_dir=tmp_path, ids_only=True)

@@ -6,12 +6,15 @@ import numpy as np
 import pytest
 
 from keras_transformer import Transformer, hardware
+from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.decoding.request import Request
 from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.engines.precision import cast_model, resolve_precision
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
 from keras_transformer.models import Ensemble
 from keras_transformer.runs import Run
+from tests.conftest import run_engine
 
 # Recorded /proc/cpuinfo flags (abridged) of the three classes.
 AVX2 = {"sse4_2", "avx", "avx2", "fma"}
@@ -149,12 +152,25 @@ def test_auto_is_bf16_on_the_bf16_classes_only(monkeypatch, trained):
     with pytest.raises(InputError, match="precision='float16' must be one of"):
         resolve_precision("float16")
 
-    # On a CPU without bf16 units the translator's default is float32: the model itself.
+    # The decoder resolves auto, and the translator computes in what it resolved: on a CPU
+    # without bf16 units float32 (the model itself), on a bf16 class bfloat16, said the same.
+    model, vocabulary, _ = trained
+
+    def auto():
+        decoder = Decoder(Request(beam_size=1, alpha=0.6, batch_size=8, precision="auto"))
+        translator = decoder.engine(model, vocabulary, 32)
+        assert (translator.precision, translator.precision_reason) == decoder.precision
+        return translator
+
     monkeypatch.setattr(hardware, "cpu_flags", lambda: set(AVX512))
-    translator = _translator(trained, "auto", 1)
-    assert translator.precision == "float32" and translator.model is trained[0]
+    translator = auto()
+    assert translator.precision == "float32" and translator.model is model
     monkeypatch.setattr(hardware, "cpu_flags", lambda: set(AMX))
-    assert _translator(trained, "auto", 1).precision == "bfloat16"
+    assert auto().precision == "bfloat16"
+    # Built directly, the translator takes a dtype, not the setting the decoder resolves.
+    assert Translator(model, vocabulary).precision == "float32"
+    with pytest.raises(InputError, match="precision='auto' must be one of float32, bfloat16"):
+        Translator(model, vocabulary, precision="auto")
 
 
 @pytest.mark.slow  # two more searches traced; the cast itself is checked in the fast tests
@@ -183,8 +199,8 @@ def test_the_command_says_its_precision_and_float32_restores_todays_output(run_c
     err = capsys.readouterr().err
     assert "precision float32 [flag]" in err and err.splitlines()[0].endswith(
         "; float32: --precision float32 given")
-    expected = Translator.from_run(run_copy, beam_size=4, alpha=0.6,
-                                   precision="float32").translate(sentences)
+    expected = run_engine(run_copy, beam_size=4, alpha=0.6,
+                          precision="float32").translate(sentences)
     assert output.read_text(encoding="utf-8") == "".join(line + "\n" for line in expected)
 
     assert cli.main(["translate", "--run-dir", str(run_copy), "--input", str(source),

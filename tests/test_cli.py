@@ -192,6 +192,10 @@ def test_one_function_decides_where_exports_go(tmp_path):
     assert ctranslate2_folder(run_dir, "int8", tmp_path, "x") == tmp_path / "x" / "ctranslate2-int8"
     with pytest.raises(InputError, match="use letters"):
         export_base(run_dir, name="a b")
+    # A run of several targets exports under its own name (the demo's).
+    several = tmp_path / "multi30k-en-de+fr+cs-quick"
+    assert ctranslate2_folder(several) == \
+        pathlib.Path(EXPORT_DIR) / several.name / "ctranslate2"
 
 
 def said_xla(precision):

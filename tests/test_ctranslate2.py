@@ -19,7 +19,7 @@ from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.export.ct2 import build_spec, export_ctranslate2  # noqa: E402
 from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
-from tests.conftest import RUNTIME_PRESET  # noqa: E402
+from tests.conftest import RUNTIME_PRESET, run_decoder, run_engine  # noqa: E402
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 SOURCES = ["the dog runs in the park", "a big red cat", "green water"]
@@ -87,7 +87,7 @@ def test_export_and_translate_from_the_command_line(tiny_run, tmp_path, capsys):
                      "--output-dir", str(exports), "--name", "toy"]) == 2
     assert "already exists" in capsys.readouterr().err
     with pytest.raises(ExportError, match="does not apply to the ctranslate2 format"):
-        export_run(tiny_run, format="ctranslate2", quantize="dynamic")
+        export_run(run_decoder(tiny_run), format="ctranslate2", quantize="dynamic")
 
     source = tmp_path / "input.txt"
     source.write_text("the dog runs\n\n  a   big cat \n", encoding="utf-8")
@@ -135,13 +135,12 @@ def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
 
 @pytest.mark.slow
 def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, capsys):
-    from keras_transformer.decoding.engines.translator import Translator
     from keras_transformer.errors import InputError
 
     run = Run(tiny_run)
     folder = export_ctranslate2(run.load_model(), run.tokenizer(), tmp_path / "ct2",
                                 max_input_length=run.config.max_length)
-    ours = Translator.from_run(tiny_run, beam_size=1, precision="float32")
+    ours = run_engine(tiny_run, beam_size=1, precision="float32")
     theirs = CTranslate2Translator(folder, beam_size=1)
     # Scores: CTranslate2's score_batch equals ours within 1e-3 per token (EOS counted).
     sources, targets = SOURCES + ["", "a dog"], TARGETS + ["", ""]
@@ -301,7 +300,7 @@ def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_run,
     assert sorted(found) == sorted(ct2_reference.label(s) for s in ct2_reference.threading_grid())
     assert all(seconds > 0 for seconds in found.values())
 
-    folder = export_run(tiny_run, format="ctranslate2", quantize="int8",
+    folder = export_run(run_decoder(tiny_run), format="ctranslate2", quantize="int8",
                         output_dir=tmp_path / "exports", name="toy")
     source_file = tmp_path / "source.txt"
     source_file.write_text("the dog runs\n\na big red cat\n", encoding="utf-8")

@@ -11,9 +11,8 @@ from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.search.sampling import RandomSampler, compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
-from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
-from pipelines.special_ids import EOS_ID
+from tests.conftest import run_engine
 from tests.test_search import VOCAB, hypotheses, sources
 
 
@@ -76,7 +75,7 @@ def test_a_prefix_of_the_beams_best_gives_it_back_on_a_trained_model(tiny_run):
     # Beam search is not exact: forced into one first token, it explores more of that token's
     # subtree and may find a better hypothesis than the free search did (it does on an
     # untrained model's flat distributions). A trained model's are peaked: same hypothesis.
-    translator = Translator.from_run(tiny_run, beam_size=4, precision="float32")
+    translator = run_engine(tiny_run, beam_size=4, precision="float32")
     sentences = ["A man is sleeping .", "Two dogs play in the snow .", "A woman reads a book ."]
     encoded = translator.encode(sentences)
     src = np.zeros((3, max(map(len, encoded))), np.int32)
@@ -155,7 +154,7 @@ def test_top_k_and_top_p_keep_only_the_allowed_tokens():
 
 @pytest.mark.slow
 def test_translator_prefixes_samples_and_scores(tiny_run):
-    translator = Translator.from_run(tiny_run, beam_size=2, precision="float32")
+    translator = run_engine(tiny_run, beam_size=2, precision="float32")
     sentences = ["A man is sleeping .", "", "Two dogs play in the snow ."]
     free = translator.translate(sentences)
     best = translator.translate(sentences, nbest=True)
@@ -165,7 +164,7 @@ def test_translator_prefixes_samples_and_scores(tiny_run):
     forced = translator.translate(sentences, prefixes=["Zwei Katzen", "", ""])
     assert forced[0].startswith("Zwei Katzen")
     assert forced[1:] == free[1:]
-    greedy = Translator.from_run(tiny_run, beam_size=1, precision="float32")
+    greedy = run_engine(tiny_run, beam_size=1, precision="float32")
     samples = greedy.sample(sentences, num_samples=3, top_k=1, seed=3)
     assert [[text for text, _ in hyps] for hyps in samples] == [[t] * 3 if t else [""]
                                                                  for t in greedy.translate(
@@ -173,11 +172,16 @@ def test_translator_prefixes_samples_and_scores(tiny_run):
     again = translator.sample(sentences, num_samples=2, top_p=0.9, seed=9)
     assert again == translator.sample(sentences, num_samples=2, top_p=0.9, seed=9)
     scores = translator.score(sentences, free)
-    for (text, score), scored in zip([hyps[0] for hyps in best], scores):
-        assert scored["tokens"] >= 1
+    for sentence, (text, score), scored in zip(sentences, [hyps[0] for hyps in best], scores):
+        # The pieces and EOS: the score of a translation counts its end.
+        assert scored["tokens"] == len(translator.encode_targets([text])[0]) + 1
         assert scored["mean"] == pytest.approx(scored["log_prob"] / scored["tokens"])
+        if sentence:  # the search's score: the same log P, over the GNMT length penalty
+            penalty = ((5 + scored["tokens"]) / 6) ** translator.alpha
+            assert score == pytest.approx(scored["log_prob"] / penalty, abs=1e-3)
+        else:  # an empty sentence is not searched
+            assert (text, score) == ("", 0.0)
     with pytest.raises(InputError, match="top_p"):
         translator.sample(sentences, top_p=0.0)
     with pytest.raises(InputError, match="2 prefixes"):
         translator.translate(sentences, prefixes=["a", "b"])
-    assert EOS_ID == 2

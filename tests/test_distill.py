@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import RUNTIME_CLI, RUNTIME_PRESET, toy_config
+from tests.conftest import RUNTIME_CLI, RUNTIME_PRESET, run_engine, toy_config
 from tests.training_helpers import kill_once_exists, reversed_upper, write_corpus
 
 REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
@@ -161,7 +161,6 @@ def test_the_teachers_search_is_its_saved_choice_and_several_teachers_decode_as_
         teacher, tmp_path):
     import shutil
 
-    from keras_transformer.decoding.engines.translator import Translator
     from keras_transformer.runs import Run
     from keras_transformer.tasks.distill import AssembledEnsemble, TranslationJob
 
@@ -190,5 +189,5 @@ def test_the_teachers_search_is_its_saved_choice_and_several_teachers_decode_as_
     # The mean of a model's probabilities with its own copy is that model's: the same search.
     sources = (teacher.parent / "corpus" / "train.src").read_text(encoding="utf-8").split("\n")
     options = dict(beam_size=4, alpha=0.6, precision="float32")
-    assert Translator.from_run(both.teacher, None, **options).translate(sources[:8]) == \
-        Translator.from_run(Run(first), None, **options).translate(sources[:8])
+    assert run_engine(both.teacher, **options).translate(sources[:8]) == \
+        run_engine(Run(first), **options).translate(sources[:8])

@@ -11,13 +11,13 @@ import tensorflow as tf
 from keras_transformer import Transformer
 from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
-from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError, RunError
 from keras_transformer.models import Ensemble
 from keras_transformer.runs import EnsembleRun, Run, make_config, open_run
 from keras_transformer.tasks import main_job
 from pipelines.special_ids import EOS_ID
 from pipelines.vocabulary import train_vocabulary
+from tests.conftest import run_engine
 from tests.test_search import hypotheses, sources
 
 VOCAB = 40
@@ -79,9 +79,9 @@ def test_a_directory_of_member_runs_translates_as_one_and_checks_the_vocabulary(
     assert isinstance(run, EnsembleRun) and not isinstance(open_run(tiny_run), EnsembleRun)
     assert isinstance(run.load_model(), Ensemble) and run.config.max_length > 0
     sentences = ["a b c", "d e"]
-    together = Translator.from_run(folder, beam_size=2).translate(sentences)
+    together = run_engine(folder, beam_size=2).translate(sentences)
     # Two copies of one model: their mean is that model.
-    assert together == Translator.from_run(tiny_run, beam_size=2).translate(sentences)
+    assert together == run_engine(tiny_run, beam_size=2).translate(sentences)
 
     # The command line takes the directory as any run: evaluate writes into it.
     from keras_transformer import cli

@@ -16,10 +16,9 @@ import sacrebleu
 
 from keras_transformer import export
 from keras_transformer.export import warmup
-from keras_transformer.decoding.engines.translator import Translator
-from keras_transformer.errors import RunError
+from keras_transformer.errors import InputError, RunError
 from keras_transformer.runs.run import TEMPORARY_PREFIX
-from tests.conftest import RUNTIME_CLI
+from tests.conftest import RUNTIME_CLI, run_decoder, run_engine
 from tests.training_helpers import run_python
 
 SENTENCES = 48
@@ -138,14 +137,14 @@ def test_set(shared_data):
 @pytest.fixture(scope="module")
 def saved_model(run_dir, tmp_path_factory):
     base = tmp_path_factory.mktemp("saved_models")
-    path = export.export_run(run_dir, output_dir=base, name="m30k")
+    path = export.export_run(run_decoder(run_dir), output_dir=base, name="m30k")
     return path
 
 
 @pytest.fixture(scope="module")
 def in_process(run_dir, test_set):
-    translator = Translator.from_run(run_dir, beam_size=4, alpha=0.6, batch_size=SENTENCES,
-                                     precision="float32")  # the exports are float32
+    translator = run_engine(run_dir, beam_size=4, alpha=0.6, batch_size=SENTENCES,
+                            precision="float32")  # the exports are float32
     return translator
 
 
@@ -180,8 +179,9 @@ def test_saved_model_in_a_fresh_process_matches_in_process_beam_search(
 @pytest.fixture(scope="module")
 def ids_only_model(tiny_run, tmp_path_factory):
     """tiny_run exported with the ids signatures only (no tensorflow-text ops)."""
-    return export.export_run(tiny_run, output_dir=tmp_path_factory.mktemp("ids-only"),
-                             name="toy", ids_only=True)
+    return export.export_run(run_decoder(tiny_run),
+                             output_dir=tmp_path_factory.mktemp("ids-only"), name="toy",
+                             ids_only=True)
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +242,7 @@ def test_tflite_matches_the_saved_model(run_dir, saved_model, in_process, test_s
     # float16 here; the int8 (dynamic) variant needs a better model than this 300-step one to
     # agree as often (benchmarks/export.py measures both on a real run; README).
     for quantize in ("none", "float16"):
-        path = export.export_run(run_dir, format="tflite", quantize=quantize,
+        path = export.export_run(run_decoder(run_dir), format="tflite", quantize=quantize,
                                  output_dir=tmp_path, name="m30k")
         assert (path.parent / "spm.model").is_file()
         outputs[quantize] = [_strip(ids) for ids in _run_tflite(path, rows)]
@@ -268,11 +268,12 @@ def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(tiny_run,
     first = base / "m" / "3"
     shutil.copytree(ids_only_model, first)
     with pytest.raises(export.ExportError, match="already exists.*overwriting"):
-        export.export_run(tiny_run, output_dir=base, name="m", version=3, ids_only=True)
+        export.export_run(run_decoder(tiny_run), output_dir=base, name="m", version=3,
+                          ids_only=True)
     marker = first / "marker"
     marker.write_text("old")
-    export.export_run(tiny_run, output_dir=base, name="m", version=3, overwrite=True,
-                      ids_only=True, warmup=False)
+    export.export_run(run_decoder(tiny_run), output_dir=base, name="m", version=3,
+                      overwrite=True, ids_only=True, warmup=False)
     assert not marker.exists() and (first / "saved_model.pb").is_file()
     assert not (first / "assets.extra" / warmup.FILENAME).exists()  # --no-warmup
     # The module's ids-only export (warm-up on by default) warms translate_ids alone.
@@ -295,7 +296,7 @@ def test_existing_versions_are_kept_and_a_killed_export_leaves_nothing(tiny_run,
     assert export.existing_versions(base / "m") == [3]
     assert list((base / "m").glob(TEMPORARY_PREFIX + "*"))  # the partial write is hidden
     # The next export cleans it up and takes the next version.
-    path = export.export_run(tiny_run, output_dir=base, name="m", ids_only=True)
+    path = export.export_run(run_decoder(tiny_run), output_dir=base, name="m", ids_only=True)
     assert path.name == "4" and not list((base / "m").glob(TEMPORARY_PREFIX + "*"))
 
 
@@ -362,16 +363,23 @@ def test_the_export_traces_its_functions_without_autograph():
 
 
 def test_export_options_are_checked_before_anything_is_loaded(tmp_path):
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.decoding.request import EXPORT
+    from keras_transformer.runs import Run
+
+    decoder = Decoder(run=Run(tmp_path), command=EXPORT)  # an empty folder: nothing to load
     with pytest.raises(export.ExportError, match="format='onnx' must be one of"):
-        export.export_run(tmp_path, format="onnx", output_dir=tmp_path)
+        export.export_run(decoder, format="onnx", output_dir=tmp_path)
     with pytest.raises(export.ExportError, match="does not apply to the savedmodel format"):
-        export.export_run(tmp_path, quantize="dynamic", output_dir=tmp_path)
-    with pytest.raises(export.ExportError, match="beam_size=0 must be at least 1"):
-        export.export_run(tmp_path, format="tflite", beam_size=0, output_dir=tmp_path)
+        export.export_run(decoder, quantize="dynamic", output_dir=tmp_path)
+    with pytest.raises(InputError, match="beam_size=0 must be at least 1"):
+        Decoder.resolve(None, {"beam_size": 0}, command=EXPORT)  # the decoder's own check
     with pytest.raises(export.ExportError, match="name='a/b'"):
-        export.export_run(tmp_path, output_dir=tmp_path, name="a/b")
+        export.export_run(decoder, output_dir=tmp_path, name="a/b")
+    with pytest.raises(export.ExportError, match="exports a run"):
+        export.export_run(Decoder(command=EXPORT), output_dir=tmp_path)
     with pytest.raises(RunError, match="finished training run"):
-        export.export_run(tmp_path, output_dir=tmp_path)
+        export.export_run(decoder, output_dir=tmp_path)
     assert export.tflite_filename(1, "none") == "translator-greedy-float32.tflite"
     assert export.tflite_filename(4, "dynamic") == "translator-beam4-dynamic.tflite"
 

@@ -11,7 +11,7 @@ import pytest
 
 from keras_transformer.evaluation.bleu import literature_bleu, literature_tokenize, score
 from keras_transformer.runs import Run, make_config
-from keras_transformer.tasks import main_job
+from keras_transformer.tasks import main_job, tuning
 from pipelines import datasets
 
 
@@ -101,3 +101,74 @@ def test_the_command_hides_third_party_logs_unless_verbose():
     quiet = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert quiet.returncode == 0 and "total" in quiet.stdout
     assert quiet.stderr == ""
+
+
+@pytest.mark.slow  # trains a tiny model on Multi30k and exports it (about a minute each)
+@pytest.mark.parametrize("targets", [["de"], ["de", "fr"]], ids=["one-pair", "two-pairs"])
+def test_the_demo_is_one_job_for_one_pair_or_several(targets, shared_data, runtime_preset,
+                                                     tmp_path, monkeypatch, capsys):
+    """The job end to end with a tiny model and a few sentences per split: the choice saved,
+    test2016 scored (per pair for several), the SavedModel and the CTranslate2 int8 folder
+    exported through `export_run` with that choice, the examples through the SavedModel."""
+    import json
+
+    pytest.importorskip("ctranslate2")
+    cut = main_job.pair_texts
+
+    def few(config):  # the first sentences of each split, for speed
+        return {target: {split: tuple(side[:12] for side in texts)
+                         for split, texts in splits.items()}
+                for target, splits in cut(config).items()}
+
+    official = datasets.official_tokenized_references
+    monkeypatch.setattr(main_job, "pair_texts", few)
+    monkeypatch.setattr(datasets, "official_tokenized_references",
+                        lambda *args: (official(*args) or [])[:12] or None)
+    monkeypatch.setattr(main_job, "VAL_SENTENCES", 6)
+    monkeypatch.setattr(tuning, "ALPHAS", (0.6, 1.0))  # two beam searches on val, not four
+    settings = dict(preset=runtime_preset, vocab_size=400, tokens_per_batch=512, max_length=32,
+                    precision="float32", source_dir=str(shared_data / "multi30k"), verbose=0)
+    run_dir, exports = tmp_path / "run", tmp_path / "exports"
+    summary = main_job.run(tgt_lang=targets if len(targets) > 1 else targets[0],
+                           output_dir=str(run_dir), export_dir=str(exports), train_steps=10,
+                           settings=settings)
+    out = capsys.readouterr().out
+    name = f"multi30k-en-{'+'.join(targets)}-quick"
+    choice = json.loads((run_dir / "decoding.json").read_text(encoding="utf-8"))
+    assert (choice["beam_size"], choice["alpha"], choice["model"]) == (
+        4, summary["alpha"], "averaged.keras")
+    assert json.loads((run_dir / main_job.SUMMARY).read_text(encoding="utf-8")) == \
+        json.loads(json.dumps(summary))
+    assert summary["saved_model"] == str(exports / name / "1")
+    folder = exports / name / "ctranslate2-int8"
+    assert (folder / "model.bin").is_file()
+    assert f"--engine ctranslate2 --ctranslate2-model {folder}" in out
+    if len(targets) == 1:
+        assert set(summary["test2016"]) >= {"sacrebleu", "chrf", "literature_bleu"}
+        assert (run_dir / "hyp.test2016.beam4.txt").is_file()
+        assert list(summary["examples"]) == main_job.EXAMPLES
+        assert "pair " not in out  # one pair: no table
+    else:
+        assert list(summary["test2016"]) == targets
+        assert all("wrong_language" in result for result in summary["test2016"].values())
+        assert all((run_dir / f"hyp.test2016.beam4.{t}.txt").is_file() for t in targets)
+        assert list(summary["examples"]) == targets
+        assert all(len(outputs) == len(main_job.EXAMPLES)
+                   for outputs in summary["examples"].values())
+        assert "wrong lang." in out and "--tgt-lang de" in out
+
+
+def test_the_demo_says_how_to_add_ctranslate2_and_goes_on(tiny_run, tmp_path, monkeypatch,
+                                                          capsys):
+    from keras_transformer.decoding.engines.ctranslate2 import INSTALL_HINT
+    from keras_transformer.errors import InputError
+    from keras_transformer.export import ct2
+    from tests.conftest import run_decoder
+
+    def missing():
+        raise InputError(f"The ctranslate2 package is not installed: {INSTALL_HINT}.")
+
+    monkeypatch.setattr(ct2, "require_ctranslate2", missing)
+    assert main_job.export_ctranslate2(run_decoder(tiny_run), tmp_path, "toy") is None
+    assert "pip install 'keras-transformer[ctranslate2]'" in capsys.readouterr().out
+    assert not (tmp_path / "toy").exists()

@@ -15,7 +15,7 @@ from keras_transformer import cli
 from keras_transformer.errors import ConfigError, InputError
 from keras_transformer.runs import make_config
 from pipelines import multilingual
-from tests.conftest import RUNTIME_PRESET, toy_config
+from tests.conftest import RUNTIME_PRESET, run_decoder, run_engine, toy_config
 from tests.training_helpers import run_python, write_corpus
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -158,10 +158,8 @@ def test_translate_needs_a_target_and_names_the_choices(multi_run, capsys, tmp_p
 
 @pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s): `make test` only
 def test_the_python_api_translates_into_the_language_asked(multi_run):
-    from keras_transformer.decoding.engines.translator import Translator
-
     run_dir, _ = multi_run
-    translator = Translator.from_run(run_dir, beam_size=1, precision="float32")
+    translator = run_engine(run_dir, "evaluate", beam_size=1, precision="float32")
     with pytest.raises(InputError, match="translates into fr, de"):
         translator.translate(SOURCES)
     french = translator.translate(SOURCES, nbest=True, target_language="fr")
@@ -185,9 +183,7 @@ def test_evaluate_scores_every_pair_in_one_table(multi_run, capsys):
 
 
 def test_a_one_pair_run_takes_its_own_target_only(tiny_run):
-    from keras_transformer.decoding.engines.translator import Translator
-
-    translator = Translator.from_run(tiny_run, beam_size=1, precision="float32")
+    translator = run_engine(tiny_run, beam_size=1, precision="float32")
     plain = translator.translate(SOURCES)
     assert translator.translate(SOURCES, target_language="de") == plain  # no tag
     with pytest.raises(InputError, match="translates into de only"):
@@ -262,7 +258,8 @@ def test_the_saved_model_serves_a_request_that_mixes_languages(multi_run, tmp_pa
     from keras_transformer import export
 
     run_dir, _ = multi_run
-    saved = export.export_run(run_dir, output_dir=tmp_path, name="multi", beam_size=2)
+    saved = export.export_run(run_decoder(run_dir, beam_size=2), output_dir=tmp_path,
+                              name="multi")
     result = run_python("-c", FRESH_PROCESS, str(BENCHMARKS), str(saved),
                         str(tmp_path / "answers.json"))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -281,7 +278,8 @@ def test_the_ctranslate2_export_scores_every_pair_as_the_keras_engine(multi_run,
     from keras_transformer.runs import open_run
 
     run_dir, _ = multi_run
-    folder = export.export_run(run_dir, format="ctranslate2", output_dir=tmp_path, name="m")
+    folder = export.export_run(run_decoder(run_dir), format="ctranslate2", output_dir=tmp_path,
+                               name="m")
     run, sources, targets = open_run(run_dir), SOURCES[::2], ["PARK THE DOG", "A CAT"]
     scores = {}
     for language in ("fr", "de"):
@@ -346,17 +344,16 @@ def test_a_student_learns_one_pair_of_a_teacher_of_several(multi_run, two_corpor
 
 
 def test_the_multilingual_demo_has_the_compute_of_one_bilingual_demo_per_pair(capsys):
-    from keras_transformer.tasks import main_job, multilingual_job
+    from keras_transformer.tasks import main_job
 
-    recipe = multilingual_job.recipe(["de", "fr", "cs"])
+    recipe = main_job.recipe(tgt_lang=["de", "fr", "cs"])
     assert recipe["train_steps"] == 3 * main_job.QUICK["train_steps"]
     assert recipe["checkpoint_steps"] == 3 * main_job.QUICK["checkpoint_steps"]
     assert recipe["tgt_lang"] == ["de", "fr", "cs"]
     assert cli.main(["demo", "--tgt-lang", "de", "fr", "de"]) == 2
     assert "given twice" in capsys.readouterr().err
-    table = multilingual_job.pair_table({"fr": dict(sacrebleu=40.0, chrf=60.0,
-                                                    literature_bleu=41.0,
-                                                    wrong_language=0.004)})
+    table = main_job.pair_table({"fr": dict(sacrebleu=40.0, chrf=60.0, literature_bleu=41.0,
+                                            wrong_language=0.004)})
     assert "fr" in table and "0.40%" in table
 
 
@@ -379,4 +376,5 @@ def test_the_benchmark_compares_the_ctranslate2_export_with_the_keras_engine(mul
     for line in lines:
         assert line["sentences"] == 4
         assert line["greedy_identical"] == 1.0  # the export's documented tolerance
-        assert 0.0 <= line["beam_identical"] <= 1.0
+        # Beam search may differ (CTranslate2 stops by its own rule): a share of the sentences.
+        assert line["beam_identical"] in {k / 4 for k in range(5)}

@@ -12,6 +12,7 @@ from keras_transformer import export
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
 from keras_transformer.export.graph import MAX_ROWS
+from tests.conftest import run_decoder
 from tests.training_helpers import run_python
 
 SENTENCES = ["the dog runs in the park", "a big red cat", "green water"]
@@ -232,8 +233,8 @@ def test_score_signature_equals_the_translators(served, translator):
 def test_the_tflite_model_returns_the_beams_nbest(tiny_run, toy_translators, tmp_path):
     from ai_edge_litert.interpreter import Interpreter
 
-    path = export.export_run(tiny_run, format="tflite", beam_size=2, output_dir=tmp_path,
-                             name="toy")
+    path = export.export_run(run_decoder(tiny_run, beam_size=2), format="tflite",
+                             output_dir=tmp_path, name="toy")
     runner = Interpreter(model_path=str(path)).get_signature_runner()
     translator = toy_translators[2]
     expected = translator.translate(SENTENCES + [""], nbest=True)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import export
+from tests.conftest import run_decoder
 from tests.training_helpers import run_python
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -271,8 +272,8 @@ def test_the_export_batches_in_the_graph_and_says_so_for_a_server(exports):
 @pytest.mark.slow
 def test_the_load_benchmark_smoke_run_answers_every_request_alike(exports, tiny_run, toy_corpus,
                                                                    capsys, monkeypatch):
-    ct2 = export.export_run(tiny_run, format="ctranslate2", output_dir=exports["folder"],
-                            name="toy")
+    ct2 = export.export_run(run_decoder(tiny_run), format="ctranslate2",
+                            output_dir=exports["folder"], name="toy")
     # The benchmark's parent runs here; each engine still runs in a fresh process of its own.
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import serving_load

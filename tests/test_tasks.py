@@ -1,11 +1,11 @@
 """The tasks on a tiny run: the main job's choice of weights on val, parsing's output repair."""
 
-from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.runs import Run
 from keras_transformer.tasks import main_job
 from keras_transformer.tasks.parsing import Parser
 from pipelines import datasets
 from pipelines.treebank import words
+from tests.conftest import run_engine
 
 
 def test_main_job_chooses_among_final_and_averaged_weights_on_val(run_copy, capsys):
@@ -22,7 +22,7 @@ def test_main_job_chooses_among_final_and_averaged_weights_on_val(run_copy, caps
 def test_parser_output_is_repaired_onto_the_input_words(tiny_run):
     # The tiny run translates toy text, not trees: its output is repaired into a tree that
     # holds exactly the input words.
-    parser = Parser(Translator.from_run(tiny_run, beam_size=2, extra_length=5))
+    parser = Parser(run_engine(tiny_run, beam_size=2, extra_length=5))
     sentences = ["the dog runs", "a big red cat sleeps"]
     for sentence, tree in zip(sentences, parser.parse(sentences)):
         assert words(tree) == sentence.split()

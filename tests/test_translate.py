@@ -9,6 +9,7 @@ from keras_transformer.evaluation.attention_maps import attention_weights, plot
 from keras_transformer.evaluation.bleu import score, split_compounds
 from keras_transformer.decoding.engines.translator import Translator
 from pipelines.tokenizer import train_tokenizer
+from tests.conftest import run_engine
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +194,7 @@ def test_translate_decodes_with_the_runs_saved_choice_and_says_so(run_copy, tmp_
         return output.read_text(encoding="utf-8"), capsys.readouterr().err
 
     def expected(**search):
-        return "".join(line + "\n" for line in Translator.from_run(
+        return "".join(line + "\n" for line in run_engine(
             run_copy, **search).translate(sentences))
 
     text, err = translate()  # no saved choice: what translate always did
@@ -201,10 +202,10 @@ def test_translate_decodes_with_the_runs_saved_choice_and_says_so(run_copy, tmp_
     assert "decoding with model.keras: beam_size 4, alpha 0.6, stop_horizon 3, precision " in err
     Run(run_copy).save_decoding(model=Run.MODEL, beam_size=2, alpha=1.5, chosen_by="a test")
     text, err = translate()
-    assert text == expected(model_file=run_copy / Run.MODEL, beam_size=2, alpha=1.5)
+    assert text == expected(model=str(run_copy / Run.MODEL), beam_size=2, alpha=1.5)
     assert (f"decoding with {Run.MODEL} [run]: beam_size 2 [run], alpha 1.5 [run], "
             "stop_horizon 3, precision ") in err
     assert "; run: chosen by a test (a flag overrides it)" in err
     text, err = translate("--beam", "1")
-    assert text == expected(model_file=run_copy / Run.MODEL, beam_size=1, alpha=1.5)
+    assert text == expected(model=str(run_copy / Run.MODEL), beam_size=1, alpha=1.5)
     assert "beam_size 1 [flag], alpha 1.5 [run]" in err

@@ -1,4 +1,4 @@
-"""`demo`: the main job (tasks/main_job.py)."""
+"""`demo`: the main job (tasks/main_job.py), for one pair or several."""
 
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import EXPORT_DIR
@@ -6,24 +6,15 @@ from keras_transformer.defaults import EXPORT_DIR
 
 def demo(args):
     from keras_transformer.errors import ConfigError
+    from keras_transformer.tasks.main_job import run
 
     targets = list(dict.fromkeys(args.tgt_lang))
     if len(targets) != len(args.tgt_lang):
         raise ConfigError(f"--tgt-lang {' '.join(args.tgt_lang)}: a language is given twice; "
                           "give each target once.")
-    if len(targets) > 1:  # one model for every pair (tasks/multilingual_job.py)
-        if args.full:
-            raise ConfigError("--full has no multilingual recipe yet: leave it out (the quick "
-                              "recipe, times the number of pairs).")
-        from keras_transformer.tasks.multilingual_job import run as run_multilingual
-
-        run_multilingual(targets, src_lang=args.src_lang, output_dir=args.output_dir,
-                         export_dir=args.export_dir, train_steps=args.train_steps)
-        return
-    from keras_transformer.tasks.main_job import run
-
-    run(full=args.full, src_lang=args.src_lang, tgt_lang=targets[0],
-        output_dir=args.output_dir, export_dir=args.export_dir, train_steps=args.train_steps)
+    run(full=args.full, src_lang=args.src_lang, tgt_lang=targets if len(targets) > 1 else
+        targets[0], output_dir=args.output_dir, export_dir=args.export_dir,
+        train_steps=args.train_steps)
 
 
 def register(commands):
@@ -40,9 +31,10 @@ def register(commands):
         "3-layer preset, for en-de an ensemble of three models), "
         "picks the final weights or an average of checkpoints and the length penalty on val, "
         f"evaluates test2016 (--full: val too) with beam {DEFAULTS['beam_size']} (sacreBLEU, "
-        f"chrF and the Multi30k literature's BLEU), exports a SavedModel under {EXPORT_DIR}/, "
-        "translates example sentences through it and prints a summary. Running it again on a "
-        "finished run skips the training; on a killed one, resumes it.",
+        f"chrF and the Multi30k literature's BLEU), exports a SavedModel and a CTranslate2 int8 "
+        f"folder under {EXPORT_DIR}/ (the latter where the ctranslate2 package is installed), "
+        "translates example sentences through the SavedModel and prints a summary. Running it "
+        "again on a finished run skips the training; on a killed one, resumes it.",
     )
     ensemble = ", ".join(name for name, _ in members(True, "de"))
     parser.add_argument("--full", action="store_true",
@@ -65,5 +57,5 @@ def register(commands):
                         "runs/multi30k-SRC-TGT-quick or -full; several targets: "
                         "runs/multi30k-SRC-de+fr+cs-quick)")
     parser.add_argument("--export-dir", default=EXPORT_DIR,
-                        help=f"SavedModel base directory ({EXPORT_DIR})")
+                        help=f"base directory of the exports ({EXPORT_DIR})")
     parser.set_defaults(run=demo)

@@ -46,9 +46,9 @@ def export(args):
     print(decoder.describe(), file=sys.stderr)
     with decoder.run.lock("exporting"):  # no training or averaging changes the run meanwhile
         path = export_run(
-            args.run_dir, format=args.format, quantize=args.quantize,
+            decoder, format=args.format, quantize=args.quantize,
             output_dir=args.output_dir, name=args.name, version=args.version,
-            overwrite=args.overwrite, ids_only=args.ids_only, decoder=decoder,
+            overwrite=args.overwrite, ids_only=args.ids_only,
             batching=None if args.no_batching else Batching(
                 max_rows=args.batch_max_rows, timeout_ms=args.batch_timeout_ms,
                 num_threads=args.batch_threads),
@@ -96,7 +96,8 @@ def register(commands):
         "in and out for one sentence, with spm.model beside it. CTranslate2: "
         "OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/ for CTranslate2's Translator (and "
         "`keras-transformer translate --engine ctranslate2`), spm.model inside; needs the "
-        "ctranslate2 extra (pip install 'keras-transformer[ctranslate2]'). Files are written "
+        "ctranslate2 package (installed with keras-transformer; else pip install "
+        "'keras-transformer[ctranslate2]'). Files are written "
         "under a temporary name and renamed when complete.",
     )
     add_run_flags(parser)

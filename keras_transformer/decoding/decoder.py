@@ -203,8 +203,8 @@ class Decoder:
             model = self.load_model()
         return Translator.from_request(
             request, model, tokenizer if tokenizer is not None else self.run.vocabulary(),
-            max_input_length or self.run.config.max_length, self.command) \
-            .set_languages(self.languages())
+            max_input_length or self.run.config.max_length, self.command,
+            precision=self.precision, xla=self.xla).set_languages(self.languages())
 
     # -- the line on standard error -----------------------------------------------------------
     def describe(self):

@@ -55,10 +55,17 @@ def test_a_second_writer_is_refused_naming_the_holder_until_it_is_killed(tmp_pat
 
 def test_a_waiting_writer_gets_the_lock_when_the_holder_ends(tmp_path):
     holder = hold(tmp_path, "preparing")
-    threading.Timer(0.5, lambda: holder.send_signal(signal.SIGKILL)).start()
+    killed = threading.Event()
+
+    def kill():
+        killed.set()
+        holder.send_signal(signal.SIGKILL)
+
+    threading.Timer(0.5, kill).start()
     with FolderLock(tmp_path, "preparing", wait=True):  # `prepare` waits for the other one
-        assert holder.poll() is not None or holder.wait() is not None
-    holder.wait()
+        # It waited: the lock came only once the holder was killed, and died of it.
+        assert killed.is_set()
+        assert holder.wait(timeout=10) == -signal.SIGKILL
 
 
 def test_a_run_lock_needs_the_run_directory(tmp_path):

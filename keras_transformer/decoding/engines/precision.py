@@ -25,7 +25,8 @@ import keras
 from keras_transformer.errors import InputError
 from keras_transformer.models.casting import cast_model, copy_weights  # noqa: F401  (re-exported)
 
-PRECISIONS = ("auto", "float32", "bfloat16")
+DTYPES = ("float32", "bfloat16")  # what a search computes in
+PRECISIONS = ("auto", *DTYPES)  # the setting: "auto" resolves to one of DTYPES
 
 
 def resolve_precision(precision="auto", flags=None):

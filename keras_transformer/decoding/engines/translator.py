@@ -3,7 +3,7 @@ bfloat16, one model or an ensemble) by beam, greedy or sampling search, and scor
 layer (normalization, empty lines, prefixes, batching, results) is `engine.Engine`'s; this
 module holds the id-level part: ids in, the compiled searches, ids out.
 
-    translator = Translator.from_run("runs/multi30k-en-de")     # the averaged model if any
+    translator = Decoder.resolve(open_run("runs/multi30k-en-de")).engine()  # the run's choice
     translator.translate(["A dog runs in the park."])
     translator.translate(["A dog runs."], nbest=True)           # [[(text, score), ...]]
     translator.translate(["A dog runs."], prefixes=["Ein Hund"])  # forced start of the output
@@ -12,9 +12,12 @@ module holds the id-level part: ids in, the compiled searches, ids out.
     translator.translate(["A dog runs."], alignments=True)      # [(text, "0-0 1-1 2-2")]
     translator.translate(["A dog runs."], constraints=[["Hund"]])  # phrases in the output
 
-The translator decodes in bfloat16 on CPUs with bf16 units and in float32 elsewhere
-(`precision="auto"`, see `decoding.engines.precision`); `precision="float32"` decodes in float32 (with
-the model itself when it is a float32 one, as before the choice existed).
+A translator is built by the decoder (`decoding.decoder.Decoder`), which reads the run's saved
+choice and resolves `precision: auto` (bfloat16 on CPUs with bf16 units, float32 elsewhere:
+`decoding.engines.precision`) and `xla: auto` (`decoding.engines.xla`) once; the translator
+takes what was resolved. Built directly (`Translator(model, vocabulary)`, a model in memory) it
+searches in float32 without XLA unless told otherwise; float32 searches the model itself when
+it is a float32 one.
 """
 
 import logging
@@ -29,16 +32,15 @@ from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.search.compiling import (
     bucket_rows, bucket_width, compile_search, dynamic_shapes, pad_rows, unpad_rows)
 from keras_transformer.decoding.engines.engine import Engine
-from keras_transformer.decoding.engines.precision import cast_model, copy_weights, resolve_precision
+from keras_transformer.decoding.engines.precision import (
+    DTYPES, cast_model, copy_weights, resolve_precision)
 from keras_transformer.decoding.engines.xla import resolve_xla
-from keras_transformer.decoding.engines.languages import TargetLanguages
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.decoding.search.sampling import compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.errors import InputError
-from keras_transformer.runs import Run, open_run
 from pipelines.special_ids import EOS_ID
 from pipelines.vocabulary import Vocabulary
 
@@ -62,19 +64,22 @@ class Translator(Engine):
         stop_horizon: beam search stops a sentence once no alive hypothesis, ending within
             this many more steps, could beat its worst finished one (0: the exact rule;
             `beam_search`).
-        jit_compile: compile the search with XLA: True, False, or None ("auto": where it
-            was measured faster on this CPU class and precision, `decoding.engines.xla`).
-            XLA compiles once per input shape, so batches are padded to a few shapes (rows
-            to a power of two up to batch_size, widths to a few steps:
-            `compiling.bucket_rows`, `bucket_width`), the same outputs per sentence; a
+        jit_compile: compile the search with XLA (True or False: the decoder resolves
+            "auto", where it was measured faster on this CPU class and precision,
+            `decoding.engines.xla`). XLA compiles once per input shape, so batches are
+            padded to a few shapes (rows to a power of two up to batch_size, widths to a few
+            steps: `compiling.bucket_rows`, `bucket_width`), the same outputs per sentence; a
             compilation takes seconds, which the command's persistent cache
             (`cli.compilation_cache`) pays once per machine. Under JAX the search is always
             compiled (jax.jit), on the same buckets.
-        precision: "auto" (bfloat16 on CPUs with bf16 units, AMX or AVX-512 BF16; float32
-            elsewhere), "float32" or "bfloat16". In bfloat16 the translator searches a copy
-            of `model` whose weights are cast to bfloat16 here, once (`self.model`; the
-            LayerNorms keep float32); the log-softmax, scores and length penalty stay float32. A model still being trained
-            (its optimizer has stepped since the copy) is copied again before a translation.
+        precision: "float32" or "bfloat16" (the decoder resolves "auto": bfloat16 on CPUs
+            with bf16 units, AMX or AVX-512 BF16; float32 elsewhere). In bfloat16 the
+            translator searches a copy of `model` whose weights are cast to bfloat16 here,
+            once (`self.model`; the LayerNorms keep float32); the log-softmax, scores and
+            length penalty stay float32. A model still being trained (its optimizer has
+            stepped since the copy) is copied again before a translation.
+        precision_reason, xla_reason: why that precision and that XLA setting, in one line
+            each (the decoder's; default: they were given).
 
     Attributes:
         in_flight: batches searched at once, each from a thread of its own (2; 1 on a
@@ -95,13 +100,19 @@ class Translator(Engine):
     def __init__(self, model, tokenizer, beam_size=DEFAULTS["beam_size"],
                  alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH,
                  batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
-                 jit_compile=DEFAULTS["xla"], precision=DEFAULTS["precision"],
-                 stop_horizon=DEFAULTS["stop_horizon"]):
+                 jit_compile=False, precision="float32", stop_horizon=DEFAULTS["stop_horizon"],
+                 precision_reason=None, xla_reason=None):
         check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
-                   extra_length=extra_length, precision=precision, xla=jit_compile,
-                   stop_horizon=stop_horizon))
-        self.precision, self.precision_reason = resolve_precision(precision)
-        jit_compile, self.xla_reason = resolve_xla(jit_compile, self.precision)
+                   extra_length=extra_length, stop_horizon=stop_horizon))
+        if precision not in DTYPES:
+            raise InputError(f"precision={precision!r} must be one of {', '.join(DTYPES)} (the "
+                             "decoder resolves 'auto': decoding.decoder.Decoder).")
+        if not isinstance(jit_compile, bool):
+            raise InputError(f"jit_compile={jit_compile!r} must be True or False (the decoder "
+                             "resolves 'auto': decoding.decoder.Decoder).")
+        self.precision = precision
+        self.precision_reason = precision_reason or f"{precision}: given"
+        self.xla_reason = xla_reason or f"--{'' if jit_compile else 'no-'}xla given"
         self.source_model, self.tokenizer = model, tokenizer
         self.model = cast_model(model, self.precision)
         self._copied_at = _optimizer_step(model)
@@ -137,28 +148,20 @@ class Translator(Engine):
 
     @classmethod
     def from_request(cls, request, model, tokenizer, max_input_length=MAX_LENGTH,
-                     command=TRANSLATE):
+                     command=TRANSLATE, precision=None, xla=None):
         """The translator of a decoding request (`decoding.request.Request`) for `command`;
         what the request asks for that this engine lacks is refused by name. The decoder
-        (`decoding.decoder.Decoder`) builds engines this way."""
+        (`decoding.decoder.Decoder`) builds engines this way. `precision` and `xla`: the
+        (value, reason) pairs the decoder resolved (`Decoder.precision`, `Decoder.xla`); else
+        resolved here from the request's settings, by the same rules."""
         cls.refuse_unsupported(request.engine_options(command))
+        precision = precision or resolve_precision(request.precision)
+        xla = xla or resolve_xla(request.xla, precision[0])
         return cls(model, tokenizer, beam_size=request.beam_size, alpha=request.alpha,
                    max_input_length=max_input_length, batch_size=request.batch_size,
-                   extra_length=request.extra_length, jit_compile=request.xla,
-                   precision=request.precision, stop_horizon=request.stop_horizon)
-
-    @classmethod
-    def from_run(cls, run, model_file=None, **kwargs):
-        """A translator of a run (a `Run` or its directory): `model_file`, else the averaged
-        model if there is one, else the final one; inputs truncated at the run's max_length.
-        A run of several targets translates into `target_language` (a keyword) by default,
-        else into the language each call names.
-        A directory of member runs (`runs.EnsembleRun`) translates with their ensemble."""
-        run = run if isinstance(run, Run) else open_run(run)
-        languages = TargetLanguages.of_config(run.config, kwargs.pop("target_language", None))
-        model = run.load_model(path=model_file)
-        kwargs.setdefault("max_input_length", run.config.max_length)
-        return cls(model, run.vocabulary(), **kwargs).set_languages(languages)
+                   extra_length=request.extra_length, jit_compile=xla[0],
+                   precision=precision[0], stop_horizon=request.stop_horizon,
+                   precision_reason=precision[1], xla_reason=xla[1])
 
     def search_ids(self, source_ids, prefix_ids=None, constraint_ids=None):
         """The search on a batch of id rows ((N, S) int32, EOS-terminated, 0-padded, e.g. from
