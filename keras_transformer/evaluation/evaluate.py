@@ -57,7 +57,7 @@ def evaluate_split(translator, sources, references, *, lang, official_references
     if hasattr(sources, "__len__") and len(sources) != len(references):
         raise ValueError(f"{len(sources)} sources for {len(references)} references.")
     hypotheses = []
-    window = window_size(getattr(translator, "batch_size", 64))
+    window = window_size(getattr(translator, "batch_size", 64), translator)
     with contextlib.ExitStack() as stack:
         bar = stack.enter_context(progress_bar(total=len(references), unit=" sentences",
                                                desc=desc, disable=not progress))

@@ -18,7 +18,7 @@ import json
 import os
 import pathlib
 
-from keras_transformer.decoding.engines.engine import Engine, _in_order
+from keras_transformer.decoding.engines.engine import Engine, in_order
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.errors import InputError
 from pipelines.vocabulary import FILENAME as VOCABULARY_FILE
@@ -106,6 +106,9 @@ class CTranslate2Translator(Engine):
         # Batches in flight (`Engine._run`): each worker busy, one more waiting for it.
         self.in_flight = 2 * self.workers if self.workers > 1 else 1
         self.samples_in_flight = 1  # one sampling worker, its random stream in batch order
+        # Files: larger windows (fuller batches of one length), the next window started
+        # while the last one's tail is searched (measured: docs/performance.md).
+        self.window_batches, self.windows_in_flight = 64, 2
         self._engine_options = dict(device=device, compute_type=compute_type)
         self.translator = self._engine(self.workers, self.threads)
 
@@ -180,7 +183,7 @@ class CTranslate2Translator(Engine):
         keys = {i: self._batch_key(row, None) for i, row in enumerate(pieces)}
         results = [None] * len(pieces)
         chunks = list(self._chunks(sorted(keys, key=keys.get), keys))
-        found_chunks = _in_order(lambda chunk: self._search_batch(
+        found_chunks = in_order(lambda chunk: self._search_batch(
             [pieces[i] for i in chunk], None, nbest), ([chunk] for chunk in chunks),
             self.in_flight)
         for chunk, found in zip(chunks, found_chunks):

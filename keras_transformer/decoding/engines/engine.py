@@ -51,13 +51,18 @@ class Engine:
     NAME = "engine"
     SUPPORTS = frozenset()
     batch_size = DEFAULTS["batch_size"]
-    # Batches searched at once, each in a thread of its own (`_in_order`): an engine whose
+    # Batches searched at once, each in a thread of its own (`in_order`): an engine whose
     # searches leave cores idle between their ops (TensorFlow's step-by-step graphs) sets more
     # than one; the results are the same, in the same order.
     in_flight = 1
     # The same for sampling: an engine whose random stream is one per worker, consumed in the
     # order batches arrive, samples one batch at a time (the same seed, the same samples).
     samples_in_flight = None  # None: in_flight
+    # File-level jobs (`jobs.streaming`): sentences per window, in batches (sorted by length
+    # within it), and windows decoded at once (2: the next starts before the last one's tail
+    # ends, for an engine whose workers would otherwise wait at each window's end).
+    window_batches = 16
+    windows_in_flight = 1
     # The target languages of a run of several pairs (`engines.languages`): each source gets
     # its target's tag. A one-pair run's engine has none and translates as it always did.
     languages = TargetLanguages()
@@ -192,7 +197,7 @@ class Engine:
                 given.append([phrase_rows[i] for i in chunk])
             return given
 
-        for chunk, found in zip(chunks, _in_order(decode_batch, map(inputs, chunks),
+        for chunk, found in zip(chunks, in_order(decode_batch, map(inputs, chunks),
                                                   in_flight or self.in_flight)):
             for i, hypotheses in zip(chunk, found):
                 results[i] = hypotheses
@@ -293,10 +298,11 @@ def _normalized_targets(sentences):
     return [_normalized(s) if s else "" for s in sentences]
 
 
-def _in_order(function, argument_lists, workers):
+def in_order(function, argument_lists, workers):
     """function(*arguments) of each list, in their order, with up to `workers` calls running
-    at once (threads; one: in this thread, one after the other). The first call that raises
-    ends the map: the calls not yet started are cancelled and its error is raised."""
+    at once (threads; one: in this thread, one after the other), the lists read as the calls
+    start. The first call that raises ends the map: the calls not yet started are cancelled
+    and its error is raised."""
     if workers <= 1:
         yield from (function(*arguments) for arguments in argument_lists)
         return

@@ -15,6 +15,7 @@ import itertools
 import json
 import sys
 
+from keras_transformer.decoding.engines.engine import in_order
 from keras_transformer.decoding.jobs import textio
 from keras_transformer.errors import InputError
 from keras_transformer.decoding.jobs.resumable import ResumableOutput, file_identity
@@ -26,8 +27,9 @@ from pipelines.files import atomic_path
 WINDOW_BATCHES = 16
 
 
-def window_size(batch_size):
-    return batch_size * WINDOW_BATCHES
+def window_size(batch_size, engine=None):
+    """Sentences per window: `WINDOW_BATCHES` batches, or the engine's `window_batches`."""
+    return batch_size * getattr(engine, "window_batches", WINDOW_BATCHES)
 
 
 def aligned_counts(paths):
@@ -57,7 +59,7 @@ def _rows(paths, names, bad, skip):
 
 
 def stream_lines(decode_rows, inputs, output=None, *, window, identity=None, empty=("",),
-                 progress_desc=None):
+                 progress_desc=None, windows_in_flight=1):
     """Runs `decode_rows` over line-aligned inputs, window by window, and writes its lines.
 
     Args:
@@ -73,6 +75,9 @@ def stream_lines(decode_rows, inputs, output=None, *, window, identity=None, emp
         empty: the output lines of a row that could not be decoded.
         progress_desc: the label of the progress bar shown on standard error while an output
             file is written.
+        windows_in_flight: windows decoded at once (2: the next window's decoding starts
+            before the last one's ends, so that an engine's workers never wait on the end of
+            a window); their lines are still written in input order, a window at a time.
 
     Returns:
         The number of input lines.
@@ -102,7 +107,7 @@ def stream_lines(decode_rows, inputs, output=None, *, window, identity=None, emp
     try:
         with progress_bar(total=total, initial=done, unit=" sentences", desc=progress_desc,
                           disable=output is None) as bar:
-            for chunk in textio.windows(_rows(inputs, names, bad, writer.done), window):
+            def decode(chunk):
                 good = [(index, texts) for index, texts in chunk if None not in texts]
                 found = iter(decode_rows([texts for _, texts in good],
                                          [index for index, _ in good],
@@ -110,9 +115,14 @@ def stream_lines(decode_rows, inputs, output=None, *, window, identity=None, emp
                 lines = []
                 for _, texts in chunk:
                     lines.extend(empty if None in texts else next(found))
+                return chunk, lines
+
+            chunks = textio.windows(_rows(inputs, names, bad, writer.done), window)
+            for chunk, lines in in_order(decode, ([c] for c in chunks), windows_in_flight):
                 writer.write(len(chunk), lines)
                 done += len(chunk)
-                bar.update(done - bar.n)  # the decoder may not count rows it did not search
+                if done > bar.n:  # the decoder may not count rows it did not search
+                    bar.update(done - bar.n)
         writer.finish()
     finally:
         writer.close()
@@ -208,8 +218,11 @@ def translate_file(decoder, input=None, output=None, log=None):
 
     # A pipe is read a batch at a time: a program that writes a line and waits for its
     # translation is answered after batch_size lines, not after a window's.
-    window = window_size(request.batch_size) if input else request.batch_size
+    window = (window_size(request.batch_size, engine) if input else request.batch_size)
     return stream_lines(decode_rows, inputs, output, window=window,
+                        # (samples: one window at a time, each drawn from its own seed)
+                        windows_in_flight=1 if request.sample or not input
+                        else engine.windows_in_flight,
                         identity=job_identity(decoder, **({"glossary_file": file_identity(
                             request.glossary)} if glossary else {})),
                         empty=[] if listed else ["\t" if request.alignments else ""])
