@@ -107,8 +107,16 @@ def main(argv=None):
                         "reference script); both by default")
     parser.add_argument("--repeat", type=int, default=1,
                         help="translate the source this many times over (a long file)")
+    parser.add_argument("--settings", help="CTranslate2 threading settings to run, e.g. "
+                        "2x1,1x1 (WORKERSxTHREADS; default: the whole grid of this machine's "
+                        "cores, and CTranslate2's defaults): a long file's run may keep the "
+                        "winners of a sweep on a short one")
     args = parser.parse_args(argv)
     engines = {e.strip() for e in args.engines.split(",") if e.strip()}
+    grid = threading_grid()
+    if args.settings:
+        grid = [tuple(int(n) for n in setting.split("x"))
+                for setting in args.settings.split(",")]
 
     import sacrebleu
 
@@ -142,7 +150,7 @@ def main(argv=None):
                 ct2 = str(next((folder / "ct2").glob("*/ctranslate2-int8")))
             lane = ["--engine", "ctranslate2", "--ctranslate2-model", ct2, *batch]
             runs["lane"] = lane
-            for setting in threading_grid()[:-1]:  # the reference's grid, defaults aside
+            for setting in [s for s in grid if s[1]]:  # the reference's grid, defaults aside
                 runs[f"lane_{label(setting)}"] = [*lane, "--workers", str(setting[0]),
                                                   "--threads", str(setting[1])]
         outputs = {}
@@ -160,7 +168,7 @@ def main(argv=None):
         if "ctranslate2" in engines:
             decoding = json.loads((pathlib.Path(args.run_dir) / "decoding.json").read_text()) \
                 if (pathlib.Path(args.run_dir) / "decoding.json").is_file() else {}
-            anchor = sweep(ct2, source, beam=decoding.get("beam_size", 4),
+            anchor = sweep(ct2, source, grid=grid, beam=decoding.get("beam_size", 4),
                            alpha=decoding.get("alpha", 0.6),
                            output_for=lambda name: folder / f"reference {name}.txt",
                            extra=["--batch-size", str(args.batch_size)] if args.batch_size
@@ -175,7 +183,8 @@ def main(argv=None):
     if "ctranslate2" in engines:
         lanes = [name for name in outputs if name.startswith("lane_")]
         record["lane_settings"] = {name[5:]: record[f"{name}_seconds"] for name in lanes}
-        record["lane_best"] = min(lanes, key=lambda name: record[f"{name}_seconds"])[5:]
+        if lanes:
+            record["lane_best"] = min(lanes, key=lambda name: record[f"{name}_seconds"])[5:]
         record["ctranslate2_settings"] = {
             name: {"seconds": r["wall_seconds"], "peak_rss_mb": r["child_peak_rss_mb"]}
             for name, r in anchor["settings"].items()}
@@ -183,8 +192,9 @@ def main(argv=None):
                       ctranslate2_best_seconds=anchor["best_seconds"],
                       ctranslate2_best_peak_rss_mb=anchor["best_peak_rss_mb"],
                       ctranslate2_defaults_seconds=anchor["default_seconds"])
-        record["lane_vs_ctranslate2_defaults"] = round(
-            anchor["default_seconds"] / record["lane_seconds"], 3)
+        if anchor["default_seconds"]:
+            record["lane_vs_ctranslate2_defaults"] = round(
+                anchor["default_seconds"] / record["lane_seconds"], 3)
         record["lane_same_lines_as_reference"] = round(
             sum(a == b for a, b in zip(outputs["lane"], reference)) / len(reference), 4)
     for name, lines in outputs.items():

@@ -317,3 +317,26 @@ def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_run,
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
     for record in swept["settings"].values():
         assert record["child_peak_rss_mb"] > 0 and record["lines"] == 3
+
+
+def test_batches_of_mixed_lengths_keep_each_sentences_own_limit(tiny_run, tmp_path):
+    """Searches batch sentences of different output limits together (under the largest) and
+    search again those that came near their own limit: the same hypotheses as each sentence
+    searched alone under its own limit. The tiny run's outputs run to their limits, so the
+    second search is exercised."""
+    folder = export_run(run_decoder(tiny_run), format="ctranslate2", quantize="int8",
+                        output_dir=tmp_path / "exports", name="toy")
+    words = "the dog runs in the park a big red cat green water".split()
+    sentences = [" ".join(words[: 1 + i % len(words)]) for i in range(30)]
+    together = CTranslate2Translator(folder, beam_size=2, extra_length=0)
+    alone = CTranslate2Translator(folder, beam_size=2, extra_length=0, batch_size=1)
+    mixed, own = (engine.translate(sentences, nbest=True) for engine in (together, alone))
+    assert [[t for t, _ in h] for h in mixed] == [[t for t, _ in h] for h in own]
+    # (the scores to float rounding: a batch's padding changes the sums' order)
+    np.testing.assert_allclose([s for h in mixed for _, s in h], [s for h in own for _, s in h],
+                               rtol=1e-5)
+    limits = [together._limit(p, None) for p in together.encode(sentences)]
+    near = [len(together.encode_targets([h[0][0]])[0]) + together.LIMIT_MARGIN >= limit
+            for h, limit in zip(own, limits)]
+    # several limits in one batch; outputs near their limit (searched again) and not
+    assert len(set(limits)) > 3 and any(near) and not all(near), (limits, own)

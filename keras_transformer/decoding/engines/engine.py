@@ -11,7 +11,9 @@ dicts, and the options are checked against the decoding request's declaration
     encode_targets(sentences)    -> target rows without EOS (prefixes, scored targets;
                                     normalized by the text layer, not truncated)
     _batch_key(source, prefix)   -> (group, order): sentences batch together within a group,
-                                    sorted by order (default: one group, by source length)
+                                    sorted by order (default: one group, by source length);
+                                    a searcher or sampler with a `batch_key` attribute of
+                                    the same kind is batched by that instead
     _searcher(nbest, alignments) -> f(sources, prefixes[, constraints]) -> [[(text, score),
                                     ...] per row] (with alignments: (text, score, Pharaoh
                                     string) triples); constraints, passed only when asked
@@ -186,7 +188,8 @@ class Engine:
         results = [[empty] if not s else None for s in sentences]
         todo = [i for i, s in enumerate(sentences) if s]
         encoded = dict(zip(todo, self.encode([sentences[i] for i in todo]))) if todo else {}
-        keys = {i: self._batch_key(encoded[i], prefix_rows and prefix_rows[i]) for i in todo}
+        key = getattr(decode_batch, "batch_key", self._batch_key)  # a searcher's own rule
+        keys = {i: key(encoded[i], prefix_rows and prefix_rows[i]) for i in todo}
         order = sorted(todo, key=lambda i: keys[i])
         chunks = list(self._chunks(order, keys))
 
