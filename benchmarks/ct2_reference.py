@@ -53,6 +53,16 @@ def label(setting):
     return f"{workers}x{threads}" if threads else f"{workers}x0 (CTranslate2's defaults)"
 
 
+def peak_rss_mb():
+    """This process's peak resident memory (VmHWM: its own address space's, not a parent's
+    carried over at the fork)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def read_lines(path):
     if str(path).endswith(".gz"):
         import gzip
@@ -63,32 +73,49 @@ def read_lines(path):
         return [line.rstrip("\n") for line in handle]
 
 
+class Reference:
+    """A CTranslate2 export loaded as CTranslate2's users load it: the Translator at a
+    threading setting, the export's SentencePiece model, and our search's limits (the
+    export's keras_transformer.json: the longest input and the suppressed pieces)."""
+
+    def __init__(self, model, workers, threads, beam=4, alpha=1.0, extra_length=50, **options):
+        import ctranslate2
+        import sentencepiece
+
+        folder = pathlib.Path(model)
+        limits = json.loads((folder / METADATA).read_text(encoding="utf-8"))
+        self.processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "spm.model"))
+        self.translator = ctranslate2.Translator(str(folder), device="cpu",
+                                                 inter_threads=workers, intra_threads=threads)
+        self.longest, self.extra_length = limits["max_input_length"] - 1, extra_length
+        self.options = dict(beam_size=beam, length_penalty=alpha, max_input_length=0,
+                            suppress_sequences=[[p] for p in limits.get("suppressed", [])]
+                            or None, **options)
+
+    def translate(self, lines, api="batch"):
+        """Translations of `lines` (an empty line stays empty, untranslated): one
+        translate_batch call, or translate_iterable (`api="iterable"`)."""
+        pieces = [p[: self.longest] for p in self.processor.encode(
+            [" ".join(line.split()) for line in lines], out_type=str)]
+        todo = [p for p in pieces if p]
+        limit = max(map(len, todo), default=0) + self.extra_length
+        search = (self.translator.translate_iterable if api == "iterable"
+                  else self.translator.translate_batch)
+        results = search(iter(todo) if api == "iterable" else todo,
+                         max_decoding_length=limit, **self.options)
+        found = iter([self.processor.decode(r.hypotheses[0]) for r in results])
+        return [next(found) if p else "" for p in pieces]
+
+
 def translate(args):
     import ctranslate2
-    import sentencepiece
 
-    folder = pathlib.Path(args.model)
-    limits = json.loads((folder / METADATA).read_text(encoding="utf-8"))
-    processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "spm.model"))
-    translator = ctranslate2.Translator(str(folder), device="cpu", inter_threads=args.workers,
-                                        intra_threads=args.threads)
+    reference = Reference(args.model, args.workers, args.threads, args.beam, args.alpha,
+                          args.extra_length, max_batch_size=args.batch_size,
+                          batch_type=args.batch_type)
     lines = read_lines(args.input)
     began = time.perf_counter()
-    longest = limits["max_input_length"] - 1  # with the EOS CTranslate2 adds
-    pieces = [p[:longest] for p in processor.encode([" ".join(line.split()) for line in lines],
-                                                    out_type=str)]
-    todo = [p for p in pieces if p]  # an empty line stays empty, untranslated
-    options = dict(beam_size=args.beam, length_penalty=args.alpha,
-                   max_batch_size=args.batch_size, batch_type=args.batch_type,
-                   max_input_length=0,
-                   max_decoding_length=max(map(len, todo), default=0) + args.extra_length,
-                   suppress_sequences=[[p] for p in limits.get("suppressed", [])] or None)
-    if args.api == "iterable":
-        results = translator.translate_iterable(iter(todo), **options)
-    else:
-        results = translator.translate_batch(todo, **options)
-    found = iter([processor.decode(r.hypotheses[0]) for r in results])
-    output = [next(found) if p else "" for p in pieces]
+    output = reference.translate(lines, args.api)
     translate_seconds = time.perf_counter() - began
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
@@ -98,8 +125,34 @@ def translate(args):
             "batch_type": args.batch_type, "max_batch_size": args.batch_size,
             "seconds": round(time.perf_counter() - START, 3),
             "translate_seconds": round(translate_seconds, 3),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "ctranslate2_version": ctranslate2.__version__}
+            "peak_rss_mb": peak_rss_mb(), "ctranslate2_version": ctranslate2.__version__}
+
+
+# Runs a command and reports on its last line of standard error its exit status, wall time
+# and peak RSS. A process started by this small launcher, not by the benchmark, so that the
+# peak RSS is the command's own (Linux carries a parent's peak into a child it forks: a
+# benchmark that has loaded TensorFlow would be every child's floor).
+LAUNCHER = """import json, os, subprocess, sys, time
+began = time.perf_counter()
+child = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(child.pid, 0)
+print(json.dumps({"status": os.waitstatus_to_exitcode(status),
+                  "seconds": time.perf_counter() - began,
+                  "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}), file=sys.stderr)
+"""
+
+
+def run_measured(command, env=None):
+    """(seconds, standard output, standard error, peak RSS in MiB) of `command`, timed from
+    its start to its exit; SystemExit with its standard error if it fails."""
+    done = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *command], env=env,
+                          capture_output=True, text=True)
+    *lines, last = done.stderr.rstrip("\n").split("\n")
+    figures = json.loads(last)
+    if figures["status"]:
+        raise SystemExit(f"{' '.join(command)} failed ({figures['status']}):\n"
+                         + "\n".join(lines)[-3000:])
+    return figures["seconds"], done.stdout, "\n".join(lines), figures["peak_rss_mb"]
 
 
 def run_once(setting, model, source, output=None, beam=4, alpha=1.0, extra=()):
@@ -110,17 +163,10 @@ def run_once(setting, model, source, output=None, beam=4, alpha=1.0, extra=()):
                "--beam", str(beam), "--alpha", str(alpha), *extra]
     if output:
         command += ["--output", str(output)]
-    began = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - began
-    out, err = child.stdout.read(), child.stderr.read()
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode:
-        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}):\n{err[-2000:]}")
+    wall, out, _, rss = run_measured(
+        command, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     record = json.loads(out.strip().splitlines()[-1])
-    record.update(wall_seconds=round(wall, 3), child_peak_rss_mb=round(usage.ru_maxrss / 1024, 1))
+    record.update(wall_seconds=round(wall, 3), child_peak_rss_mb=rss)
     return record
 
 

@@ -22,17 +22,13 @@ RSS is its own):
     function     a Python server's way: tf.saved_model.load once, `serving_default` called with
                  every input (a Python call applies no defaults: they are read from the same
                  SignatureDef).
-    ctranslate2  CTranslate2 itself as a server of its own users holds it: `keras-transformer
-                 export --format ctranslate2 --quantize int8` of the same run loaded once
-                 into a `ctranslate2.Translator`, each request one `translate_batch` of its
-                 sentences' pieces (the export's SentencePiece model; the SavedModel's default
-                 beam and alpha, read from its SignatureDef, else the request's defaults; our
-                 length limits), concurrent requests spread over its workers. It runs once per
-                 threading setting (`ct2_reference.threading_grid`: inter_threads workers x
-                 intra_threads threads, products up to the core count, and CTranslate2's own
-                 defaults, one worker with intra_threads 0), each in a fresh process, kept
-                 under `ctranslate2 WxT`; the anchor is, per client thread count, the best of
-                 them (`ctranslate2_best`: the setting that won at each count).
+    ctranslate2  CTranslate2 itself as its users serve it (`ct2_reference.Reference`): the
+                 run's int8 export loaded once, one `translate_batch` per request (the
+                 SavedModel's default beam and alpha, else the request's defaults), run once
+                 per threading setting (`ct2_reference.threading_grid`: workers x threads up
+                 to the core count, and its defaults), each in a fresh process, kept under
+                 `ctranslate2 WxT`; the anchor is the best of them at each client thread count
+                 (`ctranslate2_best`).
     ctranslate2-lane  our CTranslate2 engine (`Decoder(Request(engine="ctranslate2"))`, its
                  default workers and threads) on the same export and search.
 
@@ -73,7 +69,6 @@ import gzip
 import multiprocessing
 import os
 import pathlib
-import resource
 import statistics
 import sys
 import tempfile
@@ -83,7 +78,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit  # noqa: E402
-from ct2_reference import DEFAULTS, label, threading_grid  # noqa: E402
+from ct2_reference import DEFAULTS, Reference, label, peak_rss_mb, threading_grid  # noqa: E402
 from tf_serving import FunctionHandler, PredictHandler, signature_defs  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -123,31 +118,13 @@ def engine_answer(engine, paths, pools=(0, 0)):
 
 
 def ctranslate2_answer(paths, setting):
-    """CTranslate2 as its users serve it: one Translator of `setting` (workers, threads), one
-    translate_batch per request (the GIL released: concurrent requests run on the workers)."""
-    import json
-
-    import ctranslate2
-    import sentencepiece
-
-    folder = pathlib.Path(paths["ctranslate2"])
-    limits = json.loads((folder / "keras_transformer.json").read_text(encoding="utf-8"))
+    """CTranslate2 as its users serve it (`ct2_reference.Reference`): one Translator of
+    `setting` (workers, threads), one translate_batch per request (the GIL released:
+    concurrent requests run on the workers)."""
     search = signature_defaults(paths["saved_model"]) if paths.get("saved_model") else {}
-    processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "spm.model"))
-    translator = ctranslate2.Translator(str(folder), inter_threads=setting[0],
-                                        intra_threads=setting[1])
-    suppressed = [[piece] for piece in limits["suppressed"]] or None
-    longest = limits["max_input_length"] - 1
-
-    def answer(sentences):
-        pieces = [p[:longest] for p in processor.encode(sentences, out_type=str)]
-        results = translator.translate_batch(
-            pieces, beam_size=search.get("beam_size", 4), length_penalty=search.get("alpha", 0.6),
-            max_input_length=0, max_decoding_length=max(map(len, pieces)) + 50,
-            suppress_sequences=suppressed)
-        return [processor.decode(r.hypotheses[0]) for r in results], None
-
-    return answer
+    reference = Reference(paths["ctranslate2"], *setting, beam=search.get("beam_size", 4),
+                          alpha=search.get("alpha", 0.6))
+    return lambda sentences: (reference.translate(sentences), None)
 
 
 def signature_defaults(export_dir):
@@ -158,20 +135,6 @@ def signature_defaults(export_dir):
     defaults = signature_defs(export_dir)["serving_default"].defaults
     return {name: tf.make_ndarray(defaults[name]).item() for name in ("beam_size", "alpha")
             if name in defaults}
-
-
-def peak_rss_mb():
-    """This process's peak resident memory in MiB: /proc/self/status VmHWM, the high-water
-    mark of its own address space. (ru_maxrss would not do in a spawned process: Linux carries
-    the peak over exec, so it would start at the parent's peak at the fork.)"""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def differs(answer, reference):
@@ -254,36 +217,24 @@ def load_engine(engine, paths, requests, thread_counts, pools=(0, 0), environ=No
     return record
 
 
-def best_ctranslate2(engines):
-    """Per client thread count, the best CTranslate2 setting's figures (with its `setting`),
-    from the engines named `ctranslate2 WxT`; None without them."""
-    settings = {name.split(" ", 1)[1]: engine for name, engine in engines.items()
+def ratios_vs_ctranslate2(engines):
+    """Per engine and thread count, its requests/s over the best CTranslate2 setting's (the
+    engines `ctranslate2 WxT`, CTranslate2's defaults aside) at that thread count (> 1:
+    faster), under `<engine>_ratio_vs_ctranslate2`, with the setting that won
+    (`ctranslate2_best`) and its rate; nothing without CTranslate2."""
+    settings = {name.split(" ", 1)[1]: engine["threads"] for name, engine in engines.items()
                 if name.startswith("ctranslate2 ") and label(DEFAULTS) not in name}
     if not settings:
-        return None
-    counts = next(iter(settings.values()))["threads"]
-    best = {}
-    for count in counts:
-        winner = max(settings, key=lambda s: settings[s]["threads"][count]["requests_per_s"])
-        best[count] = {**settings[winner]["threads"][count], "setting": winner}
-    return {"threads": best}
-
-
-def ratios_vs_ctranslate2(engines):
-    """Per engine and thread count, its requests/s over CTranslate2's best setting's at the
-    same thread count (> 1: faster than CTranslate2), under `<engine>_ratio_vs_ctranslate2`;
-    nothing without the ctranslate2 engine."""
-    anchor = best_ctranslate2(engines)
-    if anchor is None:
         return {}
+    counts = next(iter(settings.values()))
+    best = {count: max(settings, key=lambda s: settings[s][count]["requests_per_s"])
+            for count in counts}
+    rate = {count: settings[best[count]][count]["requests_per_s"] for count in counts}
     ratios = {f"{name}_ratio_vs_ctranslate2": {
-        count: round(figures["requests_per_s"] / anchor["threads"][count]["requests_per_s"], 3)
-        for count, figures in engine["threads"].items() if count in anchor["threads"]}
+        count: round(figures["requests_per_s"] / rate[count], 3)
+        for count, figures in engine["threads"].items() if count in rate}
         for name, engine in engines.items() if not name.startswith("ctranslate2 ")}
-    ratios["ctranslate2_best"] = {count: f["setting"] for count, f in anchor["threads"].items()}
-    ratios["ctranslate2_best_requests_per_s"] = {
-        count: f["requests_per_s"] for count, f in anchor["threads"].items()}
-    return ratios
+    return {**ratios, "ctranslate2_best": best, "ctranslate2_best_requests_per_s": rate}
 
 
 def read_lines(path):

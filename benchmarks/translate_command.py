@@ -52,7 +52,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import emit  # noqa: E402
-from ct2_reference import label, sweep, threading_grid  # noqa: E402
+from ct2_reference import label, run_measured, sweep, threading_grid  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -72,16 +72,8 @@ def command(*arguments):
 def run_timed(arguments, environ):
     """(seconds, standard error, peak RSS in MiB) of one command, start to exit; raises if it
     fails."""
-    start = time.perf_counter()
-    child = subprocess.Popen(command(*arguments), env=environ, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
-    stderr = child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        raise SystemExit(f"{' '.join(arguments)} failed ({code}):\n{stderr}")
-    return seconds, stderr, round(usage.ru_maxrss / 1024, 1)
+    seconds, _, stderr, rss = run_measured(command(*arguments), environ)
+    return seconds, stderr, rss
 
 
 def said_xla(stderr):

@@ -376,16 +376,14 @@ def _export_and_show(summary, run, export_dir, name, targets, several):
 
 def export_ctranslate2(decoder, export_dir, name, target_language=None):
     """The run's CTranslate2 int8 export (`export_run`, replacing an earlier one) into its
-    default folder for int8 (`defaults.ctranslate2_folder`), and the command that translates
-    with it; where the ctranslate2 package is missing, how to add it. Returns the folder, or
-    None (no package; an ensemble, which exports as one SavedModel only)."""
+    default int8 folder, and the command that translates with it; without the ctranslate2
+    package, how to add it. Returns the folder, or None (no package; an ensemble)."""
     from keras_transformer.errors import InputError
     from keras_transformer.export import ct2, export_run
     from keras_transformer.runs import EnsembleRun
 
-    if isinstance(decoder.run, EnsembleRun):
-        print("CTranslate2 export: none for an ensemble (it exports as one SavedModel only).",
-              flush=True)
+    if isinstance(decoder.run, EnsembleRun):  # (it exports as one SavedModel only)
+        print("CTranslate2 export: none for an ensemble.", flush=True)
         return None
     try:
         ct2.require_ctranslate2()
