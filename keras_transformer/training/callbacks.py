@@ -126,9 +126,17 @@ class Checkpointer:
         return self.state() if self.state else None
 
     def mark(self):
-        """Takes the current step and state as saved (a new run has nothing to save before
-        its first update; a resumed one has its checkpoint already)."""
+        """Takes the current step and state as saved: nothing to save before the first update
+        (a resumed run has its checkpoint already; under accumulation the first batches leave
+        the step at 0)."""
         self.last_step, self.last_state = self.step_fn(), self._state()
+
+    def count_batch(self):
+        """One more batch trained on: the data position of the next save counts it."""
+        self.batches += 1
+
+    def minutes_since_save(self):
+        return (time.monotonic() - self.last_time) / 60
 
     def save(self, reason):
         """Saves a checkpoint now, unless one was saved at this step with the same training
@@ -169,11 +177,10 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         checkpointer = self.checkpointer
-        checkpointer.batches += 1
-        step = checkpointer.step_fn()
-        if self.steps and step % self.steps == 0:
+        checkpointer.count_batch()
+        if self.steps and checkpointer.step_fn() % self.steps == 0:
             checkpointer.save(f"every {self.steps} steps")
-        elif self.minutes and time.monotonic() - checkpointer.last_time >= 60 * self.minutes:
+        elif self.minutes and checkpointer.minutes_since_save() >= self.minutes:
             checkpointer.save(f"every {self.minutes:g} minutes")
 
     def on_train_end(self, logs=None):
