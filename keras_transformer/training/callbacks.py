@@ -100,7 +100,6 @@ class Checkpointer:
 
     Args:
         run: the `Run` that saves.
-        model: the model whose weights and optimizer state are saved.
         step_fn: returns the current optimizer step (an int).
         keep: how many checkpoints to keep (None: all).
         data_position: called with the number of batches trained on since `fit` began, returns
@@ -112,9 +111,8 @@ class Checkpointer:
             early-stopping counters, `Evaluations.state`), or None.
     """
 
-    def __init__(self, run, model, step_fn, keep=None, data_position=None, directory=None,
-                 state=None):
-        self.run, self.model, self.step_fn, self.keep = run, model, step_fn, keep
+    def __init__(self, run, step_fn, keep=None, data_position=None, directory=None, state=None):
+        self.run, self.step_fn, self.keep = run, step_fn, keep
         self.data_position, self.directory, self.state = data_position, directory, state
         self.batches = 0  # trained on since `fit` began
         self.last_time = time.monotonic()
@@ -138,15 +136,17 @@ class Checkpointer:
     def minutes_since_save(self):
         return (time.monotonic() - self.last_time) / 60
 
-    def save(self, reason):
-        """Saves a checkpoint now, unless one was saved at this step with the same training
-        state (an evaluation after the save may change it: the checkpoint is then saved
-        again); returns the path of the newest checkpoint (None when none was saved here)."""
+    def save(self, model, reason):
+        """Saves a checkpoint of `model` now, unless one was saved at this step with the same
+        training state (an evaluation after the save may change it: the checkpoint is then
+        saved again); returns the path of the newest checkpoint (None when none was saved
+        here). In `fit`, `model` is a callback's `model`: under JAX reading it brings the
+        variables' values of `fit`'s own state back into the model."""
         step, state = self.step_fn(), self._state()
         if step == self.last_step and state == self.last_state:
             return self.last_path
         position = None if self.data_position is None else self.data_position(self.batches)
-        path = self.run.save_checkpoint(self.model, step, position, keep=self.keep,
+        path = self.run.save_checkpoint(model, step, position, keep=self.keep,
                                         directory=self.directory, state=state)
         self.last_step, self.last_time, self.last_path = step, time.monotonic(), path
         self.last_state = state
@@ -179,12 +179,12 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
         checkpointer = self.checkpointer
         checkpointer.count_batch()
         if self.steps and checkpointer.step_fn() % self.steps == 0:
-            checkpointer.save(f"every {self.steps} steps")
+            checkpointer.save(self.model, f"every {self.steps} steps")
         elif self.minutes and checkpointer.minutes_since_save() >= self.minutes:
-            checkpointer.save(f"every {self.minutes:g} minutes")
+            checkpointer.save(self.model, f"every {self.minutes:g} minutes")
 
     def on_train_end(self, logs=None):
-        self.checkpointer.save("end of training")
+        self.checkpointer.save(self.model, "end of training")
 
 
 class DevLoss:

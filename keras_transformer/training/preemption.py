@@ -105,7 +105,7 @@ class CheckpointOnSignal(keras.callbacks.Callback):
             return  # under gradient accumulation, the step ends with its last batch
         name = signal.Signals(self.received).name
         # (The periodic checkpoint's path when one fell on this very step.)
-        self.saved = (step, self.checkpointer.save(f"on {name}"))
+        self.saved = (step, self.checkpointer.save(self.model, f"on {name}"))
         self.model.stop_training = True
         if self.evaluations is not None:
             self.evaluations.close()

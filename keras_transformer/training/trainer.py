@@ -113,7 +113,7 @@ def _train(requested, held, continue_stopped, user_callbacks):
     # The callbacks, in the order their declared needs give (training/events.py).
     counter = TokenCounter()
     train_data = train_batches(data, config, strategy, origin.data_position, counter)
-    checkpointer = _checkpointer(run, model, config, strategy, per_step, origin.data_position,
+    checkpointer = _checkpointer(run, config, strategy, per_step, origin.data_position,
                                  step_fn, evaluations)
     stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
     on_signal = _on_signal(config, checkpointer, step_fn, evaluations)
@@ -125,7 +125,7 @@ def _train(requested, held, continue_stopped, user_callbacks):
     started = time.monotonic()
     with _fitting(on_signal):
         if catch_up(model, callbacks, evaluations, owed, start_step):  # it stopped the run
-            checkpointer.save("early stopping")
+            checkpointer.save(model, "early stopping")
         else:
             _fit(model, train_data, config, start_step, callbacks, chief)
     seconds = time.monotonic() - started
@@ -181,12 +181,12 @@ def _early_stopping(config, run, evaluations, validation, chief):
             BestModel(evaluations, run) if keep else None)
 
 
-def _checkpointer(run, model, config, strategy, per_step, position, step_fn, evaluations):
+def _checkpointer(run, config, strategy, per_step, position, step_fn, evaluations):
     """The run's `Checkpointer`: the chief saves the run's checkpoints, another worker its own
     (one kept); each holds the data position and the early-stopping counters."""
     chief = is_chief(strategy)
     return Checkpointer(
-        run, model, step_fn, keep=config.keep_checkpoints if chief else 1,
+        run, step_fn, keep=config.keep_checkpoints if chief else 1,
         data_position=lambda batches: position + batches * per_step // config.grad_accum_steps,
         directory=None if chief else run.worker_checkpoint_dir(task_id(strategy)),
         state=evaluations.state)
