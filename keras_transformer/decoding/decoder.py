@@ -12,7 +12,8 @@ standard error saying all that (`describe`), and the engine, built by that engin
     engine = decoder.engine()                         # a Translator or a CTranslate2 engine
 
     Decoder.resolve(run, {"beam_size": 1}).engine()  # a Python caller's values (GIVEN)
-    Decoder(Request(beam_size=1)).engine(model, vocabulary, max_input_length)  # a model in memory
+    Decoder(Request(beam_size=4)).engine(model, vocabulary, max_input_length)  # a model in memory
+    greedy_translator(model, vocabulary, max_input_length)  # the same with beam 1 (dev BLEU)
     Decoder.save_choice(run, alpha=1.0, chosen_by="the main job, on val")
 
 The Keras engine's modules (the Translator, precision, XLA) are imported when a request for it
@@ -263,3 +264,10 @@ class Decoder:
                 line += (f"; this run has a CTranslate2 export, {export}: --engine "
                          "ctranslate2 translates with it, several times faster on a CPU")
         return line
+
+
+def greedy_translator(model, tokenizer, max_input_length):
+    """The Keras engine that translates with `model` in memory by greedy search (beam 1), every
+    other value the default: what training's dev BLEU and the main job's choice of weights on
+    val decode with."""
+    return Decoder(declared.Request(beam_size=1)).engine(model, tokenizer, max_input_length)

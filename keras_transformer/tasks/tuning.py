@@ -32,8 +32,7 @@ def choose_weights(run, sources, references):
     """Final weights, an average of checkpoints (AVERAGE_CANDIDATES) or the run's best.keras
     (when it holds other weights than the final ones), whichever has the best greedy sacreBLEU
     on the given val sentences. Returns (model, label, {label: BLEU})."""
-    from keras_transformer.decoding.decoder import Decoder
-    from keras_transformer.decoding.request import Request
+    from keras_transformer.decoding.decoder import greedy_translator
     from keras_transformer.evaluation.bleu import score
 
     config, tokenizer = run.config, run.vocabulary()
@@ -53,7 +52,7 @@ def choose_weights(run, sources, references):
             model = run.load_model(prefer_averaged=False)
         else:
             model, _ = run.average(k, every=every)
-        translator = Decoder(Request(beam_size=1)).engine(model, tokenizer, config.max_length)
+        translator = greedy_translator(model, tokenizer, config.max_length)
         bleu = score(translator.translate(sources), references)["sacrebleu"]
         results[label] = bleu
         print(f"  val (first {len(sources)} sentences, greedy): {label}: sacreBLEU {bleu:.2f}",

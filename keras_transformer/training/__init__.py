@@ -4,7 +4,9 @@
     schedule.py    the warmup / inverse-square-root learning rate (Section 5.3)
     optimizer.py   Adam with the paper's betas, fused
     metrics.py     masked token accuracy and perplexity
+    events.py      the dev evaluations' one owner, and the callbacks' order from their needs
     callbacks.py   checkpoints, dev evaluation, stopping, NaN guard
+    early_stopping.py  early stopping and best.keras, listening to the evaluations
     strategy.py    tf.distribute strategies
     trainer.py     train(config): a run from its config to model.keras
 """

@@ -1,7 +1,10 @@
 """Keras callbacks of a training run: progress, checkpoints, dev evaluation, stopping, NaN guard.
 
 Each takes `step_fn`, which returns the current optimizer step: under gradient accumulation
-Keras' batch counter is not the step.
+Keras' batch counter is not the step. None holds another callback: the dev evaluations go
+through the run's `Evaluations`, the checkpoints through its `Checkpointer`, and each
+declares the topics it `needs` and `gives` (training/events.py), from which the trainer
+orders them.
 """
 
 import logging
@@ -14,6 +17,7 @@ from keras import ops
 from tqdm import tqdm
 
 from keras_transformer.errors import UserError
+from keras_transformer.training.events import CHECKPOINTED, EVALUATED, LOSS_CHECKED
 from keras_transformer.training.loss import smoothed_token_losses
 from pipelines.progress import FILE_INTERVAL, progress_bar
 from pipelines.special_ids import PAD_ID
@@ -89,15 +93,14 @@ class Progress(keras.callbacks.Callback):
             self.bar.close()
 
 
-class PeriodicCheckpoint(keras.callbacks.Callback):
-    """Saves a checkpoint of the run every `minutes` of training and/or every `steps` optimizer
-    steps, and at the end (`Run.save_checkpoint`: weights, optimizer state, step, data position).
+class Checkpointer:
+    """Saves the run's checkpoints (`Run.save_checkpoint`: weights, optimizer state, step, data
+    position, training state) and owns what the newest one holds; `PeriodicCheckpoint` and
+    `CheckpointOnSignal` save through it.
 
     Args:
         run: the `Run` that saves.
         step_fn: returns the current optimizer step (an int).
-        minutes: wall-clock interval (paper: 10); None to save by steps only.
-        steps: step interval; None to save by time only.
         keep: how many checkpoints to keep (None: all).
         data_position: called with the number of batches trained on since `fit` began, returns
             the data position to save (None: none is saved). Under gradient accumulation a
@@ -105,71 +108,94 @@ class PeriodicCheckpoint(keras.callbacks.Callback):
             batches since the last update, and the batch count includes them.
         directory: where to save instead of the run's checkpoints (a non-chief worker's).
         state: returns the training state to save with each checkpoint (a JSON-able dict: the
-            early-stopping counters), or None.
+            early-stopping counters, `Evaluations.state`), or None.
     """
 
-    def __init__(self, run, step_fn, minutes=10.0, steps=None, keep=None, data_position=None,
-                 directory=None, state=None):
-        super().__init__()
-        self.run, self.step_fn, self.data_position = run, step_fn, data_position
-        self.state = state
-        self.minutes, self.steps, self.keep, self.directory = minutes, steps, keep, directory
+    def __init__(self, run, step_fn, keep=None, data_position=None, directory=None, state=None):
+        self.run, self.step_fn, self.keep = run, step_fn, keep
+        self.data_position, self.directory, self.state = data_position, directory, state
+        self.batches = 0  # trained on since `fit` began
         self.last_time = time.monotonic()
         self.last_step = None
         self.last_state = None  # the training state saved with it
-        self.last_path = None  # of the newest checkpoint this callback saved
-        self.batches = 0
+        self.last_path = None  # of the newest checkpoint saved here
 
-    def save(self, reason):
-        """Saves a checkpoint now, unless one was saved at this step with the same training
-        state (an evaluation after the save may change it: the checkpoint is then saved
-        again); returns its path (or None when none was saved)."""
-        step = self.step_fn()
-        state = self.state() if self.state else None
+    def _state(self):
+        return self.state() if self.state else None
+
+    def mark(self):
+        """Takes the current step and state as saved: nothing to save before the first update
+        (a resumed run has its checkpoint already; under accumulation the first batches leave
+        the step at 0)."""
+        self.last_step, self.last_state = self.step_fn(), self._state()
+
+    def count_batch(self):
+        """One more batch trained on: the data position of the next save counts it."""
+        self.batches += 1
+
+    def minutes_since_save(self):
+        return (time.monotonic() - self.last_time) / 60
+
+    def save(self, model, reason):
+        """Saves a checkpoint of `model` now, unless one was saved at this step with the same
+        training state (an evaluation after the save may change it: the checkpoint is then
+        saved again); returns the path of the newest checkpoint (None when none was saved
+        here). In `fit`, `model` is a callback's `model`: under JAX reading it brings the
+        variables' values of `fit`'s own state back into the model."""
+        step, state = self.step_fn(), self._state()
         if step == self.last_step and state == self.last_state:
-            return None
+            return self.last_path
         position = None if self.data_position is None else self.data_position(self.batches)
-        path = self.run.save_checkpoint(self.model, step, position, keep=self.keep,
+        path = self.run.save_checkpoint(model, step, position, keep=self.keep,
                                         directory=self.directory, state=state)
         self.last_step, self.last_time, self.last_path = step, time.monotonic(), path
         self.last_state = state
         log.info("checkpoint %s (step %d, %s)", path, step, reason)
         return path
 
-    def on_train_begin(self, logs=None):
-        # Nothing to save before the first update (a resumed run has its checkpoint already;
-        # under accumulation the first batches leave the step at 0).
-        self.last_step = self.step_fn()
-        self.last_state = self.state() if self.state else None
 
-    def on_train_batch_end(self, batch, logs=None):
-        self.batches += 1
-        step = self.step_fn()
-        if self.steps and step % self.steps == 0:
-            self.save(f"every {self.steps} steps")
-        elif self.minutes and time.monotonic() - self.last_time >= 60 * self.minutes:
-            self.save(f"every {self.minutes:g} minutes")
+class PeriodicCheckpoint(keras.callbacks.Callback):
+    """Saves a checkpoint every `minutes` of training and/or every `steps` optimizer steps, and
+    at the end, through the run's `Checkpointer`. Runs after the evaluations of a batch, so
+    that a checkpoint saved at a step holds that step's early-stopping counters.
 
-    def on_train_end(self, logs=None):
-        self.save("end of training")
-
-
-class Validation(keras.callbacks.Callback):
-    """Dev loss, perplexity and token accuracy at the end of every Keras epoch (eval_steps).
-
-    `results(step)` gives the figures at a step, reusing the pass made at the end of the last
-    epoch when it was made at that step. The dev batches are a tf.data.Dataset or a list of
-    numpy batches; the pass is compiled: on TensorFlow one tf.function traced once for any
-    batch shape of a dataset, on JAX a jax.jit of the model's stateless call (one compilation
-    per batch shape).
+    Args:
+        checkpointer: the run's `Checkpointer`.
+        minutes: wall-clock interval (paper: 10); None to save by steps only.
+        steps: step interval; None to save by time only.
     """
 
-    def __init__(self, dataset, loss, step_fn):
+    needs = (LOSS_CHECKED, EVALUATED)
+    gives = (CHECKPOINTED,)
+
+    def __init__(self, checkpointer, minutes=10.0, steps=None):
         super().__init__()
-        self.dataset, self.loss, self.step_fn = dataset, loss, step_fn
-        self._step = None
-        self.last = (None, None)  # (step, results) of the latest pass
-        self.enabled = True  # False: no pass at the epoch's end (a preempted run's last)
+        self.checkpointer, self.minutes, self.steps = checkpointer, minutes, steps
+
+    def on_train_begin(self, logs=None):
+        self.checkpointer.mark()
+
+    def on_train_batch_end(self, batch, logs=None):
+        checkpointer = self.checkpointer
+        checkpointer.count_batch()
+        if self.steps and checkpointer.step_fn() % self.steps == 0:
+            checkpointer.save(self.model, f"every {self.steps} steps")
+        elif self.minutes and checkpointer.minutes_since_save() >= self.minutes:
+            checkpointer.save(self.model, f"every {self.minutes:g} minutes")
+
+    def on_train_end(self, logs=None):
+        self.checkpointer.save(self.model, "end of training")
+
+
+class DevLoss:
+    """One pass over dev batches: loss, perplexity and token accuracy. The batches are a
+    tf.data.Dataset or a list of numpy batches; the pass is compiled: on TensorFlow one
+    tf.function traced once for any batch shape of a dataset, on JAX a jax.jit of the model's
+    stateless call (one compilation per batch shape)."""
+
+    def __init__(self, dataset, loss):
+        self.dataset, self.loss = dataset, loss
+        self._step = self._model = None
 
     def _sums(self, logits, labels):
         """(loss x tokens, tokens, summed NLL, right argmaxes) of one batch."""
@@ -180,10 +206,10 @@ class Validation(keras.callbacks.Callback):
                                            ops.cast(labels, "int32")), "float32") * mask)
         return ops.stack([self.loss(labels, logits) * tokens, tokens, nll, right])
 
-    def _compiled(self):
-        if self._step is not None:
+    def _compiled(self, model):
+        if self._step is not None and self._model is model:
             return self._step
-        model = self.model
+        self._model = model
         if keras.backend.backend() == "tensorflow":
             import tensorflow as tf
 
@@ -220,72 +246,133 @@ class Validation(keras.callbacks.Callback):
                 self._sums(model(inputs, training=False), labels))
         return self._step
 
-    def evaluate(self):
-        step = self._compiled()
+    def __call__(self, model):
+        """{"val_loss", "val_perplexity", "val_token_accuracy"} of `model` on the batches."""
+        step = self._compiled(model)
         totals = np.zeros(4, np.float64)
         for inputs, labels in self.dataset:
             totals += step(inputs, labels)
         loss, tokens, nll, right = totals
         tokens = max(tokens, 1.0)
-        results = {"val_loss": loss / tokens,
-                   "val_perplexity": math.exp(min(nll / tokens, 50.0)),
-                   "val_token_accuracy": right / tokens}
-        self.last = (self.step_fn(), results)
-        return results
+        return {"val_loss": loss / tokens,
+                "val_perplexity": math.exp(min(nll / tokens, 50.0)),
+                "val_token_accuracy": right / tokens}
+
+
+class Validation(keras.callbacks.Callback):
+    """Dev loss, perplexity and token accuracy at the end of every Keras epoch (eval_steps),
+    published to the run's `Evaluations` (kind "loss").
+
+    `results()` gives the figures at the current step, reusing the pass made at the end of the
+    last epoch when it was made at that step (a pass made there is not published).
+
+    Args:
+        dataset: the dev batches (`DevLoss`).
+        loss: the training loss (the dev loss is computed with the same label smoothing).
+        step_fn: returns the current optimizer step.
+        evaluations: the run's `Evaluations` (None: the figures are only returned).
+    """
+
+    gives = (EVALUATED,)
+    needs = (LOSS_CHECKED,)
+    kind = "loss"
+
+    def __init__(self, dataset, loss, step_fn, evaluations=None):
+        super().__init__()
+        self.dataset, self.loss, self.step_fn = dataset, loss, step_fn
+        self.evaluations = evaluations
+        self._pass = DevLoss(dataset, loss)
+        self._last = (None, None)  # (step, figures) of the latest pass, owed ones left out
+
+    def figures(self):
+        """The figures of one pass now."""
+        return self._pass(self.model)
+
+    def evaluate(self, owed=False):
+        """Makes a pass now and publishes it; returns its figures."""
+        step, figures = self.step_fn(), self.figures()
+        self._publish(step, figures, owed)
+        return figures
+
+    def _publish(self, step, figures, owed=False):
+        if not owed:
+            self._last = (step, figures)
+        if self.evaluations is not None:
+            self.evaluations.publish(self.kind, step, figures, owed=owed)
 
     def results(self):
         """The dev figures at the current step (one pass per step at most)."""
-        step, results = self.last
-        return results if step == self.step_fn() else self.evaluate()
+        step, figures = self._last
+        if step != self.step_fn():
+            figures = self.figures()
+            self._last = (self.step_fn(), figures)
+        return figures
 
     def on_epoch_end(self, epoch, logs=None):
-        if not self.enabled:
+        if self.evaluations is not None and self.evaluations.closed:
             return
-        results = self.evaluate()
+        step, figures = self.step_fn(), self.figures()
         if logs is not None:
-            logs.update(results)
-        _say(f"step {self.step_fn()}: validation: "
-             + ", ".join(f"{k} {v:.4f}" for k, v in results.items()))
+            logs.update(figures)
+        _say(f"step {step}: validation: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
+        self._publish(step, figures)
 
 
 class DevBleu(keras.callbacks.Callback):
     """sacreBLEU and chrF of greedy translations of the first dev sentences, every `every`
-    steps. `history` holds (step, BLEU, chrF) of every pass, `last` (step, {"bleu", "chrf"})
-    of the latest."""
+    steps, published to the run's `Evaluations` (kind "translation").
 
-    def __init__(self, tokenizer, sources_text, references, every, step_fn, max_length):
+    Args:
+        tokenizer: the run's vocabulary.
+        texts: (source texts, references).
+        every: the interval in optimizer steps.
+        step_fn: returns the current optimizer step.
+        max_length: inputs are cut at this many tokens.
+        evaluations: the run's `Evaluations`.
+    """
+
+    gives = (EVALUATED,)
+    needs = (LOSS_CHECKED,)
+    kind = "translation"
+
+    def __init__(self, tokenizer, texts, every, step_fn, max_length, evaluations=None):
         super().__init__()
-        self.tokenizer, self.sources, self.references = tokenizer, sources_text, references
-        self.every, self.step_fn, self.max_length = every, step_fn, max_length
+        self.tokenizer, self.texts, self.every = tokenizer, texts, every
+        self.step_fn, self.max_length, self.evaluations = step_fn, max_length, evaluations
         self._translator = None
-        self.history = []
-        self.last = (None, None)
+        self._last_step = None
 
     def on_train_batch_end(self, batch, logs=None):
         step = self.step_fn()
-        if step % self.every or (self.history and self.history[-1][0] == step):
+        if step % self.every or step == self._last_step or (
+                self.evaluations is not None and self.evaluations.closed):
             return
         self.evaluate()
 
-    def evaluate(self):
-        """Translates and scores now; returns {"bleu", "chrf"}."""
+    def score(self, translator):
+        """({"bleu", "chrf"}, the line to print) of the translations of the dev texts."""
         import sacrebleu
 
-        from keras_transformer.decoding.decoder import Decoder
-        from keras_transformer.decoding.request import Request
+        sources, references = self.texts
+        hypotheses = translator.translate(sources)
+        bleu = sacrebleu.corpus_bleu(hypotheses, [references]).score
+        chrf = sacrebleu.corpus_chrf(hypotheses, [references]).score
+        return ({"bleu": bleu, "chrf": chrf},
+                f"dev BLEU (greedy, {len(sources)} sentences) {bleu:.2f}, chrF {chrf:.2f}")
+
+    def evaluate(self, owed=False):
+        """Translates and scores now, publishes the figures and returns them."""
+        from keras_transformer.decoding.decoder import greedy_translator
 
         if self._translator is None:
-            self._translator = Decoder(Request(beam_size=1)).engine(
-                self.model, self.tokenizer, self.max_length)
+            self._translator = greedy_translator(self.model, self.tokenizer, self.max_length)
         step = self.step_fn()
-        hypotheses = self._translator.translate(self.sources)
-        bleu = sacrebleu.corpus_bleu(hypotheses, [self.references])
-        chrf = sacrebleu.corpus_chrf(hypotheses, [self.references])
-        self.history.append((step, bleu.score, chrf.score))
-        self.last = (step, {"bleu": bleu.score, "chrf": chrf.score})
-        _say(f"step {step}: dev BLEU (greedy, {len(self.sources)} sentences) {bleu.score:.2f}, "
-             f"chrF {chrf.score:.2f}")
-        return self.last[1]
+        figures, line = self.score(self._translator)
+        self._last_step = step
+        _say(f"step {step}: {line}")
+        if self.evaluations is not None:
+            self.evaluations.publish(self.kind, step, figures, owed=owed)
+        return figures
 
 
 class StopAt(keras.callbacks.Callback):
@@ -310,7 +397,10 @@ class StopAt(keras.callbacks.Callback):
 
 
 class NanGuard(keras.callbacks.Callback):
-    """Stops training with a clear message when the loss becomes NaN or infinite."""
+    """Stops training with a clear message when the loss becomes NaN or infinite, before the
+    batch's weights are evaluated or saved."""
+
+    gives = (LOSS_CHECKED,)
 
     def __init__(self, step_fn):
         super().__init__()

@@ -116,21 +116,18 @@ def _dev_batches(config, run, sources, references, name="dev"):
     return batches
 
 
-def dev_callbacks(config, dev, dev_texts, loss, step_fn, vocabulary):
-    """(the `Validation` of the dev batches, the `DevBleu` every bleu_steps or None): each
-    pair's and their mean (`training.pair_dev`) for a run of several pairs."""
+def dev_callbacks(config, dev, dev_texts, loss, step_fn, vocabulary, evaluations):
+    """(the `Validation` of the dev batches, the `DevBleu` every bleu_steps or None), both
+    publishing to `evaluations`: each pair's and their mean (`training.pair_dev`) for a run of
+    several pairs."""
     if isinstance(dev, dict):
-        from keras_transformer.training.pair_dev import PairDevBleu, PairValidation
-
-        validation, bleu = PairValidation, PairDevBleu
-        texts = (dev_texts,)
+        from keras_transformer.training.pair_dev import PairDevBleu as DevBleu
+        from keras_transformer.training.pair_dev import PairValidation as Validation
     else:
         from keras_transformer.training.callbacks import DevBleu, Validation
-
-        validation, bleu, texts = Validation, DevBleu, dev_texts
-    dev_bleu = (bleu(vocabulary, *texts, config.bleu_steps, step_fn, config.max_length)
-                if config.bleu_steps else None)
-    return validation(dev, loss, step_fn), dev_bleu
+    dev_bleu = (DevBleu(vocabulary, dev_texts, config.bleu_steps, step_fn, config.max_length,
+                        evaluations) if config.bleu_steps else None)
+    return Validation(dev, loss, step_fn, evaluations), dev_bleu
 
 
 def batches_per_step(config, strategy):

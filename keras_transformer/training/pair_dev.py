@@ -9,7 +9,7 @@ print every pair and TensorBoard writes `logs/dev` tags per pair ("en-fr/bleu").
 
 import numpy as np
 
-from keras_transformer.training.callbacks import DevBleu, Validation, _say
+from keras_transformer.training.callbacks import DevBleu, DevLoss, Validation
 from pipelines import datasets
 from pipelines.multilingual import tagged
 
@@ -28,58 +28,38 @@ def pair_dev_texts(config):
 
 
 class PairValidation(Validation):
-    """`Validation` of each pair's dev batches ({pair name: batches}); `results` holds the
+    """`Validation` of each pair's dev batches ({pair name: batches}): the figures hold the
     means under the one-pair keys and each pair's figures under "PAIR/KEY"."""
 
-    def __init__(self, datasets_by_pair, loss, step_fn):
-        super().__init__(None, loss, step_fn)
-        self.parts = {name: Validation(batches, loss, step_fn)
-                      for name, batches in datasets_by_pair.items()}
+    def __init__(self, datasets_by_pair, loss, step_fn, evaluations=None):
+        super().__init__(datasets_by_pair, loss, step_fn, evaluations)
+        self._passes = {name: DevLoss(batches, loss) for name, batches in datasets_by_pair.items()}
 
-    def set_model(self, model):
-        super().set_model(model)
-        for part in self.parts.values():
-            part.set_model(model)
-
-    def evaluate(self):
-        per_pair = {name: part.evaluate() for name, part in self.parts.items()}
+    def figures(self):
+        per_pair = {name: one(self.model) for name, one in self._passes.items()}
         results = {key: float(np.mean([r[key] for r in per_pair.values()]))
                    for key in next(iter(per_pair.values()))}
         for name, figures in per_pair.items():
             results.update({f"{name}/{key}": float(value) for key, value in figures.items()})
-        self.last = (self.step_fn(), results)
         return results
 
 
 class PairDevBleu(DevBleu):
-    """`DevBleu` of each pair ({pair name: (tagged sources, references)}): `last` holds the
-    means and "PAIR/bleu", "PAIR/chrf"; each `history` entry is (step, mean BLEU, mean chrF,
-    {pair: {"bleu", "chrf"}})."""
+    """`DevBleu` of each pair (`texts`: {pair name: (tagged sources, references)}): the
+    figures hold the means and "PAIR/bleu", "PAIR/chrf"."""
 
-    def __init__(self, tokenizer, texts_by_pair, every, step_fn, max_length):
-        super().__init__(tokenizer, [], [], every, step_fn, max_length)
-        self.texts_by_pair = texts_by_pair
-
-    def evaluate(self):
+    def score(self, translator):
         import sacrebleu
 
-        from keras_transformer.decoding.decoder import Decoder
-        from keras_transformer.decoding.request import Request
-
-        if self._translator is None:
-            self._translator = Decoder(Request(beam_size=1)).engine(
-                self.model, self.tokenizer, self.max_length)
-        step, per_pair = self.step_fn(), {}
-        for name, (sources, references) in self.texts_by_pair.items():
-            hypotheses = self._translator.translate(sources)
+        per_pair = {}
+        for name, (sources, references) in self.texts.items():
+            hypotheses = translator.translate(sources)
             per_pair[name] = {"bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
                               "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score}
         bleu = float(np.mean([f["bleu"] for f in per_pair.values()]))
         chrf = float(np.mean([f["chrf"] for f in per_pair.values()]))
-        self.history.append((step, bleu, chrf, per_pair))
-        self.last = (step, {"bleu": bleu, "chrf": chrf, **{
-            f"{name}/{key}": value for name, figures in per_pair.items()
-            for key, value in figures.items()}})
-        _say(f"step {step}: dev BLEU (greedy) mean {bleu:.2f}, chrF {chrf:.2f}; " + ", ".join(
+        figures = {"bleu": bleu, "chrf": chrf, **{
+            f"{name}/{key}": value for name, pair in per_pair.items()
+            for key, value in pair.items()}}
+        return figures, (f"dev BLEU (greedy) mean {bleu:.2f}, chrF {chrf:.2f}; " + ", ".join(
             f"{name} {f['bleu']:.2f}/{f['chrf']:.2f}" for name, f in per_pair.items()))
-        return self.last[1]

@@ -24,6 +24,7 @@ import threading
 import keras
 
 from keras_transformer.errors import UserError
+from keras_transformer.training.events import CHECKPOINTED
 
 log = logging.getLogger(__name__)
 
@@ -53,21 +54,22 @@ class Preempted(UserError):
 
 class CheckpointOnSignal(keras.callbacks.Callback):
     """On SIGTERM or SIGINT, saves a checkpoint at the end of the current optimizer step
-    (through `checkpoint`, the run's `PeriodicCheckpoint`, so that the data position is its)
-    and stops training.
-
-    Put it after `checkpoint` in the callbacks, so that the batch just trained is counted.
+    (through the run's `Checkpointer`, so that the data position is the periodic saves') and
+    stops training. It runs after `PeriodicCheckpoint`, so that the batch just trained is
+    counted, and closes the run's `Evaluations`: no dev pass at the end of the epoch, the grace
+    period is short.
 
     Args:
-        checkpoint: the run's `PeriodicCheckpoint`.
+        checkpointer: the run's `Checkpointer`.
         step_fn: returns the current optimizer step.
-        validation: the `Validation` callback (or None), whose dev pass at the end of the
-            epoch is skipped once the checkpoint is saved: the grace period is short.
+        evaluations: the run's `Evaluations` (or None).
     """
 
-    def __init__(self, checkpoint, step_fn, validation=None):
+    needs = (CHECKPOINTED,)
+
+    def __init__(self, checkpointer, step_fn, evaluations=None):
         super().__init__()
-        self.checkpoint, self.step_fn, self.validation = checkpoint, step_fn, validation
+        self.checkpointer, self.step_fn, self.evaluations = checkpointer, step_fn, evaluations
         self.received = None  # the signal's number, once one came
         self.saved = None  # (step, path) of the checkpoint saved on it
         self._previous = {}
@@ -102,12 +104,11 @@ class CheckpointOnSignal(keras.callbacks.Callback):
         if self.received is None or not finished_step or self.saved:
             return  # under gradient accumulation, the step ends with its last batch
         name = signal.Signals(self.received).name
-        # (Saved already when a periodic checkpoint fell on this very step.)
-        path = self.checkpoint.save(f"on {name}") or self.checkpoint.last_path
-        self.saved = (step, path)
+        # (The periodic checkpoint's path when one fell on this very step.)
+        self.saved = (step, self.checkpointer.save(self.model, f"on {name}"))
         self.model.stop_training = True
-        if self.validation is not None:
-            self.validation.enabled = False
+        if self.evaluations is not None:
+            self.evaluations.close()
 
     def on_train_end(self, logs=None):
         self.restore_handlers()

@@ -27,6 +27,8 @@ import time
 
 import keras
 
+from keras_transformer.training.events import EVALUATED
+
 log = logging.getLogger(__name__)
 
 
@@ -92,8 +94,8 @@ def _loss_sums(model):
 class TensorBoardLog(keras.callbacks.Callback):
     """Writes the run's TensorBoard events by optimizer step (see the module's docstring).
 
-    Put it after `Validation` and `DevBleu` in the callback list: it writes their figures
-    once they have computed them.
+    It writes the dev evaluations of the run's `Evaluations` (those of this process: not a
+    pass a resumed run owed), in the hook they were published in.
 
     Args:
         logs_dir: returns the folder of a split ("train", "dev"): `Run.logs_dir`.
@@ -103,12 +105,13 @@ class TensorBoardLog(keras.callbacks.Callback):
         read_loss_tracker: log the exact mean loss of the batches since the last point, read
             from Keras' loss tracker (False under MultiWorkerMirroredStrategy: see __init__).
         config_text: the effective config, written once at the start (or None).
-        validation: the run's `Validation` callback (or None): its passes go to dev.
-        dev_bleu: the run's `DevBleu` callback (or None): its history goes to dev.
+        evaluations: the run's `Evaluations` (or None): every evaluation goes to dev.
     """
 
+    needs = (EVALUATED,)
+
     def __init__(self, logs_dir, step_fn, log_steps, tokens=None, config_text=None,
-                 validation=None, dev_bleu=None, read_loss_tracker=True):
+                 evaluations=None, read_loss_tracker=True):
         super().__init__()
         # Under MultiWorkerMirroredStrategy the loss tracker's variables are read by an
         # all-reduce that every worker must join; this callback runs on the chief alone, so
@@ -116,7 +119,7 @@ class TensorBoardLog(keras.callbacks.Callback):
         self.read_loss_tracker = read_loss_tracker
         self.logs_dir, self.step_fn, self.log_steps = logs_dir, step_fn, log_steps
         self.tokens, self.config_text = tokens, config_text
-        self.validation, self.dev_bleu = validation, dev_bleu
+        self.evaluations = evaluations
         self.writers = {}
 
     def on_train_begin(self, logs=None):
@@ -139,8 +142,7 @@ class TensorBoardLog(keras.callbacks.Callback):
         self._last_tokens = self.tokens() if self.tokens is not None else None
         self._sums = (0.0, 0.0)  # the loss tracker's (total, count) at the last point
         self._carried = (0.0, 0.0)  # of the batches of earlier epochs since the last point
-        self._dev_step = None  # (a fine-tuned run's pass before training is written too)
-        self._bleu_seen = len(self.dev_bleu.history) if self.dev_bleu is not None else 0
+        self._written = 0  # of the evaluations (a fine-tuned run's pass before training too)
 
     def on_epoch_begin(self, epoch, logs=None):
         self._sums = (0.0, 0.0)  # Keras resets its metrics when an epoch begins
@@ -193,27 +195,25 @@ class TensorBoardLog(keras.callbacks.Callback):
         self.writers["train"].scalars(step, values)
 
     def _write_dev(self):
-        if not self.writers:
+        if not self.writers or self.evaluations is None:
             return
-        if self.validation is not None:
-            step, results = self.validation.last
-            if step is not None and step != self._dev_step:
-                self._dev_step = step
-                values = {"loss": results["val_loss"], "perplexity": results["val_perplexity"],
-                          "token_accuracy": results["val_token_accuracy"]}
-                for key, value in results.items():  # several pairs: "en-fr/val_loss"
-                    if "/" in key:
-                        pair, name = key.split("/", 1)
-                        values[f"{pair}/{name.replace('val_', '', 1)}"] = value
-                self.writers["dev"].scalars(step, values)
-        if self.dev_bleu is not None:
-            for entry in self.dev_bleu.history[self._bleu_seen:]:
-                step, bleu, *rest = entry
-                values = {"bleu": bleu}
-                if rest and isinstance(rest[0], (int, float)):  # a chrF beside the BLEU
-                    values["chrf"] = rest[0]
-                if len(rest) > 1 and isinstance(rest[1], dict):  # several pairs: each one's
-                    values.update({f"{pair}/{key}": value for pair, figures in rest[1].items()
-                                   for key, value in figures.items()})
-                self.writers["dev"].scalars(step, values)
-            self._bleu_seen = len(self.dev_bleu.history)
+        history = self.evaluations.history
+        for evaluation in history[self._written:]:
+            self.writers["dev"].scalars(evaluation.step, _dev_values(evaluation))
+        self._written = len(history)
+
+
+def _dev_values(evaluation):
+    """The `logs/dev` scalars of an evaluation: loss, perplexity, token_accuracy or bleu,
+    chrf; a run of several pairs adds each pair's ("en-fr/loss", "en-fr/bleu")."""
+    figures = evaluation.figures
+    if evaluation.kind == "loss":
+        values = {"loss": figures["val_loss"], "perplexity": figures["val_perplexity"],
+                  "token_accuracy": figures["val_token_accuracy"]}
+    else:
+        values = {key: figures[key] for key in ("bleu", "chrf") if key in figures}
+    for key, value in figures.items():
+        if "/" in key:
+            pair, name = key.split("/", 1)
+            values[f"{pair}/{name.removeprefix('val_')}"] = value
+    return values

@@ -23,9 +23,10 @@ import keras
 
 from keras_transformer import hardware
 from keras_transformer.runs.start import RunStart
-from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint,
-                                                  Progress, StopAt, TrainingError, Validation)
-from keras_transformer.training.early_stopping import EarlyStopping
+from keras_transformer.training.callbacks import (Checkpointer, NanGuard, PeriodicCheckpoint,
+                                                  Progress, StopAt, TrainingError)
+from keras_transformer.training.early_stopping import BestModel, EarlyStopping
+from keras_transformer.training.events import Evaluations, in_order
 from keras_transformer.training.inputs import (TokenCounter, batches_per_step, check_data,
                                                dev_callbacks, dev_data, on_tensorflow,
                                                train_batches, training_data)
@@ -59,57 +60,47 @@ def compile_model(model, config):
     return optimizer, loss
 
 
-def train(config, continue_stopped=False):
+def train(config, continue_stopped=False, callbacks=()):
     """Runs (or resumes) training as configured. Returns a summary dict.
 
     A run that stopped early (training/early_stopping.py) trains on only with
-    `continue_stopped` (`train --continue-stopped`). The Keras dtype policy is the config's
-    while training, and the process's own again after."""
+    `continue_stopped` (`train --continue-stopped`). `callbacks`: Keras callbacks of the
+    caller's own, run by `model.fit` with the run's (training/events.py orders them). The Keras
+    dtype policy is the config's while training, and the process's own again after."""
     previous = keras.mixed_precision.global_policy()
     try:
         with contextlib.ExitStack() as held:
-            return _train(config, held, continue_stopped)
+            return _train(config, held, continue_stopped, list(callbacks))
     finally:
         keras.mixed_precision.set_global_policy(previous)
 
 
-def _train(requested, held, continue_stopped):
+def _train(requested, held, continue_stopped, user_callbacks):
     # How the run starts (new, resumed, or from a parent's weights) is decided here, once.
     start = RunStart.decide(requested)
     run, config = start.run, start.config
-    check_data(config)  # empty text files are refused before anything is written
-    keras.mixed_precision.set_global_policy(config.precision)
-    strategy = make_strategy(config.strategy, config.num_replicas)
-    chief = is_chief(strategy)
-    if chief:  # one writer per run: a second `train` (or `average`, `export`) is refused
-        held.enter_context(run.lock("training", create=True))
-    print(start.describe(), flush=True)
-    if on_tensorflow():
-        print(hardware.kernel_summary(), flush=True)
-    if chief:
-        run.save_config(config)
-
-    # Data and vocabulary: the training pairs come prepared (tokenized, sharded) from the cache.
+    strategy, chief = _open(start, held)
     data, vocabulary = training_data(run, config, chief, adopt=start.vocabulary)
     if chief:
         print(describe(data), flush=True)
     dev, dev_texts = dev_data(config, run)
 
-    # Model, optimizer, dev evaluation; the initial weights: the newest readable checkpoint's,
-    # else the parent's, else the seed's.
+    # Model, optimizer, dev evaluation; the initial weights: the newest readable checkpoint's
+    # (with its early-stopping counters), else the parent's, else the seed's.
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
         model = run.build_model()
         optimizer, loss = compile_model(model, config)
     step_fn = _step_counter(model, optimizer)
-    validation = dev_bleu = None
-    if dev is not None:  # several pairs: each pair's figures and their mean
-        validation, dev_bleu = dev_callbacks(config, dev, dev_texts, loss, step_fn, vocabulary)
+    evaluations = _evaluations(config)
+    validation, dev_bleu = (None, None) if dev is None else dev_callbacks(
+        config, dev, dev_texts, loss, step_fn, vocabulary, evaluations)
     per_step = batches_per_step(config, strategy)
     # Every worker starts from the run's checkpoints; only the chief's saves are the run's.
     origin = start.initial_weights(model, per_step, validation)
-    start_step, position = step_fn(), origin.data_position
-    early = _early_stopping(config, run, validation, dev_bleu, step_fn, chief, origin.state)
+    evaluations.restore(origin.state)
+    early, best = _early_stopping(config, run, evaluations, validation, chief)
+    start_step = step_fn()
     summary = {"run_dir": str(run.directory), "start_step": start_step, "step": start_step}
     if start_step >= config.train_steps:
         print(f"nothing to do: step {start_step} >= train_steps {config.train_steps}")
@@ -118,106 +109,178 @@ def _train(requested, held, continue_stopped):
     if had_stopped:
         print(had_stopped, flush=True)
         return dict(summary, stopped=early.reason)
-    counter = TokenCounter()
-    train_data = train_batches(data, config, strategy, position, counter)
 
-    callbacks = [NanGuard(step_fn)] + [c for c in (validation, dev_bleu) if c is not None]
-    callbacks.append(early)  # after its evaluator, before the checkpoint that saves its counters
+    # The callbacks, in the order their declared needs give (training/events.py).
+    counter = TokenCounter()
+    train_data = train_batches(data, config, strategy, origin.data_position, counter)
+    checkpointer = _checkpointer(run, config, strategy, per_step, origin.data_position,
+                                 step_fn, evaluations)
     stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
-    multiworker = config.strategy == "multiworker"
-    checkpoint_minutes = None if multiworker else config.checkpoint_minutes
-    checkpoint_steps = config.checkpoint_steps or (config.eval_steps if multiworker else None)
-    checkpoint = PeriodicCheckpoint(
-        run, step_fn, checkpoint_minutes, checkpoint_steps,
-        keep=config.keep_checkpoints if chief else 1,
+    on_signal = _on_signal(config, checkpointer, step_fn, evaluations)
+    callbacks = in_order([NanGuard(step_fn), validation, dev_bleu, early, best, stop,
+                          _periodic(config, checkpointer), on_signal,
+                          *_logs(run, config, chief, step_fn, counter, evaluations),
+                          *user_callbacks])
+    owed = validation if config.early_stopping_metric == "loss" else dev_bleu
+    started = time.monotonic()
+    with _fitting(on_signal):
+        if catch_up(model, callbacks, evaluations, owed, start_step):  # it stopped the run
+            checkpointer.save(model, "early stopping")
+        else:
+            _fit(model, train_data, config, start_step, callbacks, chief)
+    seconds = time.monotonic() - started
+
+    step = step_fn()
+    preempted = on_signal.stop() if on_signal else None
+    if preempted and step < config.train_steps and not evaluations.stopped:
+        raise preempted  # at train_steps, or stopped early, the run finishes as usual
+    summary.update(step=step, **_speed(seconds, counter.count()),
+                   stopped=early.reason or stop.reason or "epochs done")
+    if stop.first_batch_end is not None:  # the first step, its compilation included
+        summary["first_step_seconds"] = round(stop.first_batch_end - started, 2)
+    summary.update(origin.summary())
+    return _finish(summary, run, config, model, validation, chief)
+
+
+def _open(start, held):
+    """Checks the run's text files, sets the precision, makes the strategy, takes the run's
+    lock (on the chief) and says how the run starts. Returns (strategy, chief)."""
+    config = start.config
+    check_data(config)  # empty text files are refused before anything is written
+    keras.mixed_precision.set_global_policy(config.precision)
+    strategy = make_strategy(config.strategy, config.num_replicas)
+    chief = is_chief(strategy)
+    if chief:  # one writer per run: a second `train` (or `average`, `export`) is refused
+        held.enter_context(start.run.lock("training", create=True))
+    print(start.describe(), flush=True)
+    if on_tensorflow():
+        print(hardware.kernel_summary(), flush=True)
+    if chief:
+        start.run.save_config(config)
+    return strategy, chief
+
+
+def _evaluations(config):
+    """The run's `Evaluations`: the followed metric's evaluations are judged against the best
+    (every eval_steps for the dev loss, bleu_steps for BLEU and chrF)."""
+    loss = config.early_stopping_metric == "loss"
+    return Evaluations(config.early_stopping_metric, config.early_stopping_min_delta,
+                       config.eval_steps if loss else config.bleu_steps, config.train_steps)
+
+
+def _early_stopping(config, run, evaluations, validation, chief):
+    """(`EarlyStopping`, `BestModel` or None): inert without a dev set, patience and
+    keep_best."""
+    keep_best = config.keep_best if config.keep_best is not None else validation is not None
+    if config.early_stopping_patience and validation is None:
+        raise TrainingError(f"early_stopping_patience {config.early_stopping_patience} needs a "
+                            f"dev set, and dataset {config.dataset!r} has none here: give "
+                            "--dev-src and --dev-tgt, or leave early stopping off.")
+    keep = chief and keep_best
+    return (EarlyStopping(evaluations, config.early_stopping_patience, run, keep=keep),
+            BestModel(evaluations, run) if keep else None)
+
+
+def _checkpointer(run, config, strategy, per_step, position, step_fn, evaluations):
+    """The run's `Checkpointer`: the chief saves the run's checkpoints, another worker its own
+    (one kept); each holds the data position and the early-stopping counters."""
+    chief = is_chief(strategy)
+    return Checkpointer(
+        run, step_fn, keep=config.keep_checkpoints if chief else 1,
         data_position=lambda batches: position + batches * per_step // config.grad_accum_steps,
         directory=None if chief else run.worker_checkpoint_dir(task_id(strategy)),
-        state=early.state)
-    callbacks += [checkpoint, stop]
-    # On SIGTERM/SIGINT: finish the step, checkpoint, stop (not under multiworker: see
-    # training/preemption.py).
-    on_signal = (CheckpointOnSignal(checkpoint, step_fn, validation)
-                 if config.checkpoint_on_signal and not multiworker else None)
-    if on_signal:
-        callbacks.append(on_signal)
-    if chief:  # after Validation and DevBleu: it writes their figures
-        callbacks.append(tensorboard_log(run, config, step_fn, counter, callbacks))
-    if chief and config.verbose >= 1:  # steps of the run, not Keras' epochs of eval_steps
-        callbacks.append(Progress(step_fn, config.train_steps, counter.count))
+        state=evaluations.state)
 
-    # A Keras epoch is eval_steps optimizer steps, i.e. eval_steps x grad_accum_steps batches.
+
+def _periodic(config, checkpointer):
+    """The `PeriodicCheckpoint`: every checkpoint_minutes and/or checkpoint_steps; under
+    multiworker by steps only (default eval_steps), the workers saving at the same step."""
+    multiworker = config.strategy == "multiworker"
+    minutes = None if multiworker else config.checkpoint_minutes
+    steps = config.checkpoint_steps or (config.eval_steps if multiworker else None)
+    return PeriodicCheckpoint(checkpointer, minutes, steps)
+
+
+def _on_signal(config, checkpointer, step_fn, evaluations):
+    """On SIGTERM/SIGINT: finish the step, checkpoint, stop (not under multiworker: see
+    training/preemption.py)."""
+    if not config.checkpoint_on_signal or config.strategy == "multiworker":
+        return None
+    return CheckpointOnSignal(checkpointer, step_fn, evaluations)
+
+
+def _logs(run, config, chief, step_fn, counter, evaluations):
+    """What the chief writes and shows: the TensorBoard events (training/tensorboard.py) and,
+    with verbose >= 1, the progress bar over the run's steps (not Keras' epochs)."""
+    if not chief:
+        return []
+    logs = [TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
+                           config.describe(), evaluations,
+                           read_loss_tracker=config.strategy != "multiworker")]
+    if config.verbose >= 1:
+        logs.append(Progress(step_fn, config.train_steps, counter.count))
+    return logs
+
+
+def catch_up(model, callbacks, evaluations, evaluator, step):
+    """Gives the callbacks the model and makes the evaluation owed by the checkpoint resumed
+    from at `step` (one saved at an evaluation step before or instead of that evaluation) with
+    `evaluator` (the followed metric's `Validation` or `DevBleu`, or None). True when it
+    stopped the run."""
+    for callback in callbacks:
+        callback.set_model(model)
+    if evaluator is None or not evaluations.owes(step):
+        return False
+    evaluator.evaluate(owed=True)
+    return evaluations.stopped
+
+
+def _fit(model, train_data, config, start_step, callbacks, chief):
+    """`model.fit` over the run's steps. A Keras epoch is eval_steps optimizer steps, i.e.
+    eval_steps x grad_accum_steps batches."""
     epochs = math.ceil(config.train_steps / config.eval_steps)
-    started = time.monotonic()
+    model.fit(train_data, epochs=epochs,
+              steps_per_epoch=config.eval_steps * config.grad_accum_steps, shuffle=False,
+              initial_epoch=min(start_step // config.eval_steps, epochs - 1),
+              callbacks=callbacks, verbose=2 if chief and config.verbose >= 2 else 0)
+
+
+@contextlib.contextmanager
+def _fitting(on_signal):
+    """Around `fit`: a shard damaged while training ran reaches fit (tf.data) as an op error
+    around our message, raised again as the DataError; the signal handlers go back (fit skips
+    on_train_end when it raises)."""
     try:
-        if early.catch_up(model):  # the evaluation the checkpoint owed stopped the run
-            checkpoint.set_model(model)
-            checkpoint.save("early stopping")
-        else:
-            model.fit(train_data, epochs=epochs,
-                      steps_per_epoch=config.eval_steps * config.grad_accum_steps,
-                      shuffle=False,
-                      initial_epoch=min(start_step // config.eval_steps, epochs - 1),
-                      callbacks=callbacks, verbose=2 if chief and config.verbose >= 2 else 0)
+        yield
     except Exception as error:
-        # A shard damaged while training ran reaches fit (tf.data) as an op error around our
-        # message.
         damaged = re.search(r"pipelines\.errors\.DataError: (.*)", str(error))
         if damaged and not isinstance(error, DataError):
             raise DataError(damaged.group(1)) from None
         raise
     finally:
-        if on_signal:  # fit skips on_train_end when it raises: the handlers go back here
+        if on_signal:
             on_signal.restore_handlers()
-    seconds = time.monotonic() - started
 
-    tokens = counter.count()
-    step = step_fn()
-    preempted = on_signal.stop() if on_signal else None
-    if preempted and step < config.train_steps and not early.stopped:
-        raise preempted  # at train_steps, or stopped early, the run finishes as usual
-    summary.update({"step": step, "seconds": round(seconds, 1), "tokens": tokens,
-                    "tokens_per_s": round(tokens / max(seconds, 1e-9), 1),
-                    "stopped": early.reason or stop.reason or "epochs done"})
-    if stop.first_batch_end is not None:  # the first step, its compilation included
-        summary["first_step_seconds"] = round(stop.first_batch_end - started, 2)
-    summary.update(origin.summary())
+
+def _speed(seconds, tokens):
+    return {"seconds": round(seconds, 1), "tokens": tokens,
+            "tokens_per_s": round(tokens / max(seconds, 1e-9), 1)}
+
+
+def _finish(summary, run, config, model, validation, chief):
+    """The summary with the dev figures at the last step and the saved model; prints it."""
     if validation is not None:
         summary.update(validation.results())  # the pass at the last epoch's end, if current
     if chief:
         summary["model"] = str(run.save_model(model))
     summary["backend"] = keras.backend.backend()
     summary["precision"] = config.precision
-    print(f"training done: step {start_step} -> {step} in {seconds:.0f} s "
+    print(f"training done: step {summary['start_step']} -> {summary['step']} in "
+          f"{summary['seconds']:.0f} s "
           f"({summary['tokens_per_s']:.0f} tokens/s, source + target), {summary['stopped']}"
           + (f"; dev loss {summary['val_loss']:.3f}, perplexity {summary['val_perplexity']:.2f}"
              if "val_loss" in summary else ""), flush=True)
     return summary
-
-
-def _early_stopping(config, run, validation, dev_bleu, step_fn, chief, state):
-    """The run's `EarlyStopping` (inert without a dev set, patience and keep_best), with the
-    counters of the checkpoint resumed from."""
-    keep_best = config.keep_best if config.keep_best is not None else validation is not None
-    if config.early_stopping_patience and validation is None:
-        raise TrainingError(f"early_stopping_patience {config.early_stopping_patience} needs a "
-                            f"dev set, and dataset {config.dataset!r} has none here: give "
-                            "--dev-src and --dev-tgt, or leave early stopping off.")
-    loss = config.early_stopping_metric == "loss"
-    return EarlyStopping(validation if loss else dev_bleu, config.early_stopping_metric,
-                         config.early_stopping_patience, config.early_stopping_min_delta,
-                         config.eval_steps if loss else config.bleu_steps, config.train_steps,
-                         step_fn, run, keep=chief and keep_best, state=state)
-
-
-def tensorboard_log(run, config, step_fn, counter, callbacks):
-    """The run's TensorBoard events (training/tensorboard.py), with the dev figures of the
-    `Validation` and `DevBleu` callbacks among `callbacks`."""
-    def find(kind):
-        return next((c for c in callbacks if isinstance(c, kind)), None)
-
-    return TensorBoardLog(run.logs_dir, step_fn, config.log_steps, counter.count,
-                          config.describe(), find(Validation), find(DevBleu),
-                          read_loss_tracker=config.strategy != "multiworker")
 
 
 def _step_counter(model, optimizer):
