@@ -158,7 +158,7 @@ def load_engine(engine, paths, requests, thread_counts, pools=(0, 0), environ=No
     answer(requests[0])  # warm-up, not counted: the first run optimizes the graph
     record = {"load_and_warmup_s": round(time.perf_counter() - start, 2), "threads": {}}
     if engine == "ctranslate2":
-        record["workers"], record["threads"] = pools
+        record["setting"] = label(pools)  # CTranslate2's workers x threads
     elif engine != "ctranslate2-lane":
         record["intra_op_threads"], record["inter_op_threads"] = pools
         record["onednn"] = onednn_on()
