@@ -93,7 +93,8 @@ def repeated_ngrams(tokens, length, size, vocab):
     """
     width = ops.shape(tokens)[1]
     starts = ops.arange(width)
-    size = ops.cast(size, "int32")
+    size = size if _is_python(size) else ops.cast(size, "int32")
+    length = ops.cast(length, "int32")
     matches = ops.broadcast_to(
         ops.logical_and(starts[None, :] <= length - size, size > 0), ops.shape(tokens))
 
@@ -102,7 +103,11 @@ def repeated_ngrams(tokens, length, size, vocab):
         last = ops.take(tokens, ops.clip(length - size + 1 + m, 0, width - 1)[None], axis=1)
         return ops.logical_and(matches, ops.equal(earlier, last))
 
-    matches = ops.fori_loop(0, size - 1, compare, matches)
+    if _is_python(size):  # a search's own value: unrolled (n - 1 comparisons)
+        for m in range(int(size) - 1):
+            matches = compare(m, matches)
+    else:  # a request's tensor: a loop of n - 1 comparisons
+        matches = ops.fori_loop(0, size - 1, compare, matches)
     completing = ops.take(tokens, ops.clip(starts + size - 1, 0, width - 1), axis=1)
     return token_mask(completing, matches, vocab)
 
