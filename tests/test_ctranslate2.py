@@ -318,3 +318,30 @@ def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_run,
     assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]
     for record in swept["settings"].values():
         assert record["child_peak_rss_mb"] > 0 and record["lines"] == 3
+
+
+def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tmp_path):
+    """translate_batch's no_repeat_ngram_size and repetition_penalty: the rules ours apply
+    (`decoding.search.repetition`), so greedy search gives our greedy search's output. (Not
+    the same scores: CTranslate2 divides them by length^alpha, and bans tokens, the n-grams'
+    included, before its softmax, where ours, as fairseq, bans them in the log-probabilities.)
+    """
+    from keras_transformer.decoding.engines.translator import Translator
+    from keras_transformer.decoding.request import Request
+
+    run = Run(tiny_run)
+    folder = export_ctranslate2(run.load_model(), run.tokenizer(), tmp_path / "ct2",
+                                max_input_length=run.config.max_length)
+    sources = SOURCES + ["a dog runs in the green park with a big red cat"]
+    for controls in (dict(no_repeat_ngram_size=2), dict(repetition_penalty=1.5),
+                     dict(no_repeat_ngram_size=3, repetition_penalty=1.2)):
+        ours = Translator.from_run(tiny_run, beam_size=1, precision="float32", **controls)
+        theirs = CTranslate2Translator.from_request(
+            Request(engine="ctranslate2", beam_size=1, **controls), folder)
+        assert theirs.repetition == {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0,
+                                     **controls}
+        assert theirs.translate(sources) == ours.translate(sources), controls
+    # Beam search too: the penalty changes the beams' scores.
+    plain = CTranslate2Translator(folder, beam_size=4).translate(sources, nbest=True)
+    assert plain != CTranslate2Translator(folder, beam_size=4, repetition_penalty=3.0).translate(
+        sources, nbest=True)
