@@ -286,3 +286,44 @@ def test_jax_gives_tensorflows_outputs_with_the_controls_on(model, sources, tmp_
         np.testing.assert_array_equal(pad(jax_ids), pad(ids), err_msg=name)
         scores = np.asarray(expected["scores"] if isinstance(expected, dict) else expected[1])
         np.testing.assert_allclose(found[name][1], scores, atol=1e-4, err_msg=name)
+
+
+LINES = ["the dog runs in the park", "a big red cat", "green water"]
+TARGETS = ["PARK THE IN RUNS DOG THE", "CAT RED BIG A", "WATER GREEN"]
+
+
+@pytest.mark.slow  # two commands, each a model load and a search
+def test_translate_and_evaluate_take_the_controls_as_flags(tiny_run, tmp_path, capsys):
+    from keras_transformer import cli
+    from keras_transformer.decoding.engines.translator import Translator
+
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    ref.write_text("\n".join(TARGETS) + "\n", encoding="utf-8")
+    common = ["--run-dir", str(tiny_run), "--beam", "4", "--alpha", "0.6", "--precision",
+              "float32", "--no-xla", "--input", str(src)]
+    flags = ["--no-repeat-ngram-size", "2", "--repetition-penalty", "1.3"]
+    translated = tmp_path / "out.txt"
+    assert cli.main(["translate", *common, *flags, "--output", str(translated)]) == 0
+    said = capsys.readouterr().err
+    assert "no_repeat_ngram_size 2 [flag], repetition_penalty 1.3 [flag]" in said
+    expected = Translator.from_run(tiny_run, beam_size=4, alpha=0.6, precision="float32",
+                                   no_repeat_ngram_size=2, repetition_penalty=1.3)
+    assert translated.read_text(encoding="utf-8").splitlines() == expected.translate(LINES)
+    hypotheses = tmp_path / "hyp.txt"
+    assert cli.main(["evaluate", *common[:-2], "--src", str(src), "--ref", str(ref), *flags,
+                     "--output", str(hypotheses)]) == 0
+    assert hypotheses.read_text(encoding="utf-8") == translated.read_text(encoding="utf-8")
+    assert "no_repeat_ngram_size 2 [flag]" in capsys.readouterr().err
+    # Off (the default), the line says nothing of them.
+    assert cli.main(["translate", *common, "--output", str(tmp_path / "plain.txt")]) == 0
+    assert "repetition" not in capsys.readouterr().err
+    # Refused by name before anything loads.
+    for bad, said in ((["--no-repeat-ngram-size", "-1"], "--no-repeat-ngram-size -1 must be "
+                       "at least 0"), (["--repetition-penalty", "0"], "--repetition-penalty "
+                                       "0.0 must be above 0"),
+                      (["--sample", "--no-repeat-ngram-size", "2"], "--no-repeat-ngram-size "
+                       "is for beam search")):
+        assert cli.main(["translate", "--run-dir", str(tiny_run), "--input", str(src), *bad,
+                         "--output", str(tmp_path / "x")]) == 2
+        assert said in capsys.readouterr().err
