@@ -57,17 +57,19 @@ def test_the_penalty_divides_positive_logits_and_multiplies_negative_ones():
     # As a search applies it: on the logits of the tokens generated so far, before the softmax.
     tokens = np.array([[0, 1, 2, 0]], np.int32)
     controls = Repetition(repetition_penalty=2.0)
-    np.testing.assert_allclose(controls.logits(logits, tokens, 3),
+    np.testing.assert_allclose(controls.logits(logits, lambda: (tokens, 3)),
                                [[1.0, -4.0, 0.0, 1.0, -1.0]])
-    np.testing.assert_allclose(controls.logits(logits, tokens, 1), [[1.0, -2.0, 0.0, 1.0, -1.0]])
+    np.testing.assert_allclose(controls.logits(logits, lambda: (tokens, 1)),
+                               [[1.0, -2.0, 0.0, 1.0, -1.0]])
     # A penalty below 1 favours repeats (the same rule).
     np.testing.assert_allclose(penalized(logits, seen, 0.5), [[4.0, -1.0, 0.0, 1.0, -1.0]])
     # As scalar tensors (a signature's inputs): the rule under a cond, the same values.
     tensor = Repetition(tf.constant(2), tf.constant(2.0))
-    np.testing.assert_allclose(tensor.logits(logits, tokens, 3), [[1.0, -4.0, 0.0, 1.0, -1.0]])
+    np.testing.assert_allclose(tensor.logits(logits, lambda: (tokens, 3)),
+                               [[1.0, -4.0, 0.0, 1.0, -1.0]])
     off = Repetition(tf.constant(0), tf.constant(1.0))
-    np.testing.assert_allclose(off.logits(logits, tokens, 3), logits)
-    np.testing.assert_allclose(off.log_probs(logits, tokens, 3), logits)
+    np.testing.assert_allclose(off.logits(logits, lambda: (tokens, 3)), logits)
+    np.testing.assert_allclose(off.log_probs(logits, lambda: (tokens, 3)), logits)
 
 
 def test_the_controls_are_nothing_at_their_defaults():

@@ -124,11 +124,11 @@ def _log_probs(logits, index, min_length, controls, outputs, forced=None):
     which nothing bans), the special tokens banned."""
     logits = ops.cast(logits[:, -1], "float32")
     if controls is not None:
-        logits = controls.logits(logits, outputs, index)
+        logits = controls.logits(logits, lambda: (outputs, index))
     log_probs = ops.log_softmax(logits, axis=-1)
     if controls is not None:
-        log_probs = controls.log_probs(log_probs, outputs, index,
-                                       None if forced is None else forced[0][:, None])
+        log_probs = controls.log_probs(log_probs, lambda: (outputs, index),
+                                       None if forced is None else lambda: forced[0][:, None])
     return mask_special_tokens(log_probs, index, min_length)
 
 

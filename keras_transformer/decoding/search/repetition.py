@@ -129,8 +129,12 @@ def _when(value, off, apply, scores):
 
 
 class Repetition:
-    """The two controls of a search, as rules on one step's (N, V) scores of N rows whose
-    generated tokens are the first `length` of `tokens` (N, T).
+    """The two controls of a search, as rules on one step's (N, V) scores of N rows.
+
+    The rules take `written`, a function () -> ((N, T) int32 tokens, length): the rows'
+    tokens so far are the first `length` of `tokens`. It runs only where a rule does: with a
+    request's tensors, inside the rule's cond, so that a step with the controls off runs the
+    conds and nothing else.
 
     Args:
         no_repeat_ngram_size: n (a Python int or an int32 scalar tensor; None: off).
@@ -140,25 +144,32 @@ class Repetition:
     def __init__(self, no_repeat_ngram_size=None, repetition_penalty=None):
         self.ngram_size, self.penalty = no_repeat_ngram_size, repetition_penalty
 
-    def logits(self, logits, tokens, length):
+    def logits(self, logits, written):
         """The penalty on the step's (N, V) float32 logits, before their softmax."""
         if self.penalty is None:
             return logits
-        return _when(self.penalty, PENALTY_OFF, lambda z: penalized(
-            z, generated(tokens, length, ops.shape(z)[-1]), self.penalty), logits)
 
-    def log_probs(self, log_probs, tokens, length, free=None):
-        """The n-gram ban on the step's (N, V) log-probabilities; `free`: bool, broadcastable
-        to (N, V), where nothing is banned (a forced prefix's rows, a phrase's next tokens),
-        or None."""
+        def penalize(z):
+            tokens, length = written()
+            return penalized(z, generated(tokens, length, ops.shape(z)[-1]), self.penalty)
+
+        return _when(self.penalty, PENALTY_OFF, penalize, logits)
+
+    def log_probs(self, log_probs, written, free=None):
+        """The n-gram ban on the step's log-probabilities, (N, V) or (..., V) whose rows
+        flatten to N (a beam search's (B, K, V)); `free`: None, or a function () -> bool
+        broadcastable to (N, V), where nothing is banned (a forced prefix's rows, a phrase's
+        next tokens)."""
         if self.ngram_size is None:
             return log_probs
 
         def ban(scores):
-            banned = repeated_ngrams(tokens, length, self.ngram_size, ops.shape(scores)[-1])
+            tokens, length = written()
+            shape = ops.shape(scores)
+            banned = repeated_ngrams(tokens, length, self.ngram_size, shape[-1])
             if free is not None:
-                banned = ops.logical_and(banned, ops.logical_not(free))
-            return ops.where(banned, NEG_INF, scores)
+                banned = ops.logical_and(banned, ops.logical_not(free()))
+            return ops.where(ops.reshape(banned, shape), NEG_INF, scores)
 
         return _when(self.ngram_size, NGRAM_OFF, ban, log_probs)
 
@@ -178,27 +189,34 @@ class RepetitionControl(BeamMode):
     def __init__(self, controls, forced_token=None, phrases=None):
         self.controls, self.forced_token, self.phrases = controls, forced_token, phrases
 
-    def _rows(self, loop):
-        """The alive beams' tokens as (B x K, T) rows."""
-        seq = loop["alive_seq"]
-        return ops.reshape(seq, (-1, ops.shape(seq)[-1]))
+    @staticmethod
+    def _written(loop, step):
+        """The alive beams' tokens as (B x K, T) rows, and how many are written."""
+        def written():
+            seq = loop["alive_seq"]
+            return ops.reshape(seq, (-1, ops.shape(seq)[-1])), step.index
+
+        return written
 
     def adjust_logits(self, loop, step, logits):
-        return self.controls.logits(logits, self._rows(loop), step.index)
+        return self.controls.logits(logits, self._written(loop, step))
 
-    def adjust(self, loop, step, log_probs):
-        shape = ops.shape(log_probs)  # (B, K, V)
+    def adjust(self, loop, step, log_probs):  # (B, K, V)
+        free = None if self.forced_token is None and self.phrases is None else (
+            lambda: self._free(loop, step, ops.shape(log_probs)))
+        return self.controls.log_probs(log_probs, self._written(loop, step), free)
+
+    def _free(self, loop, step, shape):
+        """(B x K, V) bool: where the ban does not apply: every token of the rows whose token
+        the prefix forces, the token that advances each unmet phrase of a hypothesis
+        (`shape`: the step's (B, K, V))."""
         free = None
-        if self.forced_token is not None:  # the rows whose token the prefix forces
+        if self.forced_token is not None:
             free = self.forced_token(step.index)[0][:, None, None]  # (B, 1, 1)
-        if self.phrases is not None:  # the token that advances each unmet phrase
+        if self.phrases is not None:
             advancing = self.phrases.next_tokens(loop["met"], loop["progress"])  # (B, K, C)
             advancing = ops.reshape(advancing, (-1, ops.shape(advancing)[-1]))
             writable = ops.reshape(token_mask(advancing, ops.not_equal(advancing, PAD_ID),
                                               shape[2]), shape)
             free = writable if free is None else ops.logical_or(free, writable)
-        if free is not None:
-            free = ops.reshape(ops.broadcast_to(free, shape), (-1, shape[2]))
-        flat = ops.reshape(log_probs, (-1, shape[2]))
-        return ops.reshape(self.controls.log_probs(flat, self._rows(loop), step.index, free),
-                           shape)
+        return ops.reshape(ops.broadcast_to(free, shape), (-1, shape[2]))
