@@ -170,7 +170,9 @@ def export_and_show(summary, model, run, config, export_dir, name, beam, alpha):
             sentences=tf.constant(EXAMPLES), beam_size=tf.constant(beam),
             alpha=tf.constant(alpha, tf.float32), prefixes=tf.constant([], tf.string),
             constraints=tf.constant([], tf.string),
-            target_language=tf.constant([target]))["translations"].numpy()
+            target_language=tf.constant([target]),
+            no_repeat_ngram_size=tf.constant(0), repetition_penalty=tf.constant(1.0),
+        )["translations"].numpy()
         summary["examples"][target] = [o.decode("utf-8") for o in outputs]
         for source, output in zip(EXAMPLES, summary["examples"][target]):
             print(f"  [{target}] {source}\n    -> {output}", flush=True)
