@@ -340,3 +340,29 @@ def test_batches_of_mixed_lengths_keep_each_sentences_own_limit(tiny_run, tmp_pa
             for h, limit in zip(own, limits)]
     # several limits in one batch; outputs near their limit (searched again) and not
     assert len(set(limits)) > 3 and any(near) and not all(near), (limits, own)
+
+
+def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tmp_path):
+    """translate_batch's no_repeat_ngram_size and repetition_penalty: the rules ours apply
+    (`decoding.search.repetition`), so greedy search gives our greedy search's output. (Not
+    the same scores: CTranslate2 divides them by length^alpha, and bans tokens, the n-grams'
+    included, before its softmax, where ours, as fairseq, bans them in the log-probabilities.)
+    """
+    from keras_transformer.decoding.request import Request
+
+    run = Run(tiny_run)
+    folder = export_ctranslate2(run.load_model(), run.tokenizer(), tmp_path / "ct2",
+                                max_input_length=run.config.max_length)
+    sources = SOURCES + ["a dog runs in the green park with a big red cat"]
+    for controls in (dict(no_repeat_ngram_size=2), dict(repetition_penalty=1.5),
+                     dict(no_repeat_ngram_size=3, repetition_penalty=1.2)):
+        ours = run_engine(tiny_run, beam_size=1, precision="float32", **controls)
+        theirs = CTranslate2Translator.from_request(
+            Request(engine="ctranslate2", beam_size=1, **controls), folder)
+        assert theirs.repetition == {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0,
+                                     **controls}
+        assert theirs.translate(sources) == ours.translate(sources), controls
+    # Beam search too: the penalty changes the beams' scores.
+    plain = CTranslate2Translator(folder, beam_size=4).translate(sources, nbest=True)
+    assert plain != CTranslate2Translator(folder, beam_size=4, repetition_penalty=3.0).translate(
+        sources, nbest=True)

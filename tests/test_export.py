@@ -35,12 +35,15 @@ FRESH_PROCESS = textwrap.dedent("""
     loaded = tf.saved_model.load(directory)
     serve = loaded.signatures["serving_default"]
     ids_fn = loaded.signatures["translate_ids"]
-    # Every input is given to a signature in Python (no prefixes, no constraints: empty).
+    # Every input is given to a signature in Python (no prefixes, no constraints: empty; the
+    # repetition controls off).
     no_prefixes = tf.constant([], tf.string)
+    off = dict(no_repeat_ngram_size=tf.constant(0), repetition_penalty=tf.constant(1.0))
 
     def call(batch):
         result = serve(sentences=tf.constant(batch, tf.string), beam_size=tf.constant(4),
-                       alpha=tf.constant(0.6), prefixes=no_prefixes, constraints=no_prefixes)
+                       alpha=tf.constant(0.6), prefixes=no_prefixes, constraints=no_prefixes,
+                       **off)
         return [t.decode("utf-8") for t in result["translations"].numpy()]
 
     everything = call(sentences)
@@ -50,10 +53,10 @@ FRESH_PROCESS = textwrap.dedent("""
         concurrent = list(pool.map(call, chunks))
     edge = serve(sentences=tf.constant(["", "   ", " ".join(["A dog runs ."] * 200)]),
                  beam_size=tf.constant(4), alpha=tf.constant(0.6), prefixes=no_prefixes,
-                 constraints=no_prefixes)
+                 constraints=no_prefixes, **off)
     empty_batch = serve(sentences=tf.constant([], tf.string), beam_size=tf.constant(4),
                         alpha=tf.constant(0.6), prefixes=no_prefixes,
-                        constraints=no_prefixes)
+                        constraints=no_prefixes, **off)
     ids = ids_fn(source_ids=tf.constant([[10, 11, 12, 2], [2, 0, 0, 0]]), beam_size=tf.constant(4),
                  alpha=tf.constant(0.6))
     # The restored function keeps the defaults (beam 4, alpha 0.6).

@@ -12,7 +12,7 @@ from keras_transformer import export
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.errors import InputError
 from keras_transformer.export.graph import MAX_ROWS
-from tests.conftest import run_decoder
+from tests.conftest import run_decoder, run_engine
 from tests.training_helpers import run_python
 
 SENTENCES = ["the dog runs in the park", "a big red cat", "green water"]
@@ -50,15 +50,21 @@ FRESH_PROCESS = textwrap.dedent("""
 """)
 
 
-def serve(sentences, beam_size=4, alpha=0.6, prefixes=(), constraints=()):
+def serve(sentences, beam_size=4, alpha=0.6, prefixes=(), constraints=(),
+          no_repeat_ngram_size=0, repetition_penalty=1.0):
     return ("serving_default", dict(sentences=sentences, beam_size=beam_size, alpha=alpha,
-                                    prefixes=list(prefixes), constraints=list(constraints)))
+                                    prefixes=list(prefixes), constraints=list(constraints),
+                                    no_repeat_ngram_size=no_repeat_ngram_size,
+                                    repetition_penalty=repetition_penalty))
 
 
-def nbest(sentences, beam_size=4, num_hypotheses=4, prefixes=(), constraints=()):
+def nbest(sentences, beam_size=4, num_hypotheses=4, prefixes=(), constraints=(),
+          no_repeat_ngram_size=0, repetition_penalty=1.0):
     return ("translate_nbest", dict(sentences=sentences, beam_size=beam_size, alpha=0.6,
                                     num_hypotheses=num_hypotheses, prefixes=list(prefixes),
-                                    constraints=list(constraints)))
+                                    constraints=list(constraints),
+                                    no_repeat_ngram_size=no_repeat_ngram_size,
+                                    repetition_penalty=repetition_penalty))
 
 
 def sample(sentences, num_samples=3, top_k=10, top_p=0.9, temperature=0.8, seed=5,
@@ -104,6 +110,11 @@ HOSTILE = [
     (score(["a"] * 600, ["DOG " * 30] * 600), "a request may score at most 16384 target"),
     (score(["a dog"], ["DOG " * 200]), "targets must be at most 82 subword tokens"),
     (score([], []), None),
+    # The repetition controls.
+    (serve(SENTENCES, no_repeat_ngram_size=-1), "no_repeat_ngram_size must be at least 0"),
+    (serve(SENTENCES, repetition_penalty=0.0), "repetition_penalty must be above 0"),
+    (nbest(SENTENCES, repetition_penalty=-2.0), "repetition_penalty must be above 0"),
+    (serve(SENTENCES, repetition_penalty=NAN), "repetition_penalty must be above 0"),
     # Terminology constraints (tab-separated phrases per sentence).
     (serve(SENTENCES, constraints=["DOG", "CAT"]), "constraints must give one entry per "
      "sentence"),
@@ -126,6 +137,9 @@ FEATURES = [
     score(SENTENCES + [""], TARGETS + [""]),
     serve(SENTENCES, constraints=CONSTRAINTS),
     nbest(SENTENCES, constraints=CONSTRAINTS),
+    serve(SENTENCES, no_repeat_ngram_size=2, repetition_penalty=1.3),
+    nbest(SENTENCES, prefixes=PREFIXES, no_repeat_ngram_size=2, repetition_penalty=1.3),
+    serve(SENTENCES, constraints=CONSTRAINTS, no_repeat_ngram_size=2),
 ]
 
 
@@ -151,8 +165,10 @@ def served(toy_saved_model, tmp_path_factory):
     defaults = {name: sorted(signatures[name].defaults) for name in
                 ("serving_default", "translate_nbest", "sample", "score")}
     assert defaults == {
-        "serving_default": ["alpha", "beam_size", "constraints", "prefixes"],
-        "translate_nbest": ["alpha", "beam_size", "constraints", "num_hypotheses", "prefixes"],
+        "serving_default": ["alpha", "beam_size", "constraints", "no_repeat_ngram_size",
+                            "prefixes", "repetition_penalty"],
+        "translate_nbest": ["alpha", "beam_size", "constraints", "no_repeat_ngram_size",
+                            "num_hypotheses", "prefixes", "repetition_penalty"],
         "sample": ["num_samples", "prefixes", "seed", "temperature", "top_k", "top_p"],
         "score": []}, defaults
     answers = json.loads((folder / "a.json").read_text(encoding="utf-8"))
@@ -269,7 +285,8 @@ def test_constraints_are_served_as_the_translator_meets_them(served, translator)
 def test_the_export_holds_each_search_loop_once(toy_saved_model):
     """Every signature that beam-searches without constraints calls one traced search
     (`graph.unconstrained_search`): the saved graph holds five search loops, not one set per
-    caller (nine before, and an export twice as slow to trace and load)."""
+    caller (nine before, and an export twice as slow to trace and load), and the n-gram
+    rule's loop in each beam search."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel.FromString(
@@ -277,5 +294,28 @@ def test_the_export_holds_each_search_loop_once(toy_saved_model):
     loops = [node.op for function in proto.meta_graphs[0].graph_def.library.function
              for node in function.node_def if node.op in ("While", "StatelessWhile")]
     # The unconstrained beam search with and without prefix masking, the constrained one,
-    # sampling and translate_ids_xla's.
-    assert len(loops) == 5, loops
+    # sampling and translate_ids_xla's; and inside each of the three beam searches that take
+    # the request's no_repeat_ngram_size, the n-gram rule's loop of n - 1 comparisons.
+    assert len(loops) == 5 + 3, loops
+
+
+@pytest.mark.slow
+def test_the_repetition_controls_are_served_as_the_translator_applies_them(tiny_run, served,
+                                                                           translator):
+    _, features = served
+    controls = dict(no_repeat_ngram_size=2, repetition_penalty=1.3)
+    controlled = run_engine(tiny_run, beam_size=4, alpha=0.6, precision="float32",
+                            **controls)
+    expected = controlled.translate(SENTENCES, nbest=True)
+    assert features[10]["translations"] == [h[0][0] for h in expected]
+    np.testing.assert_allclose(features[10]["scores"], [h[0][1] for h in expected], atol=1e-4)
+    with_prefix = controlled.translate(SENTENCES, nbest=True, prefixes=PREFIXES)
+    assert features[11]["translations"] == [[text for text, _ in h] for h in with_prefix]
+    np.testing.assert_allclose(features[11]["scores"], [[s for _, s in h] for h in with_prefix],
+                               atol=1e-4)
+    phrases = [constraint.split("\t") if constraint else [] for constraint in CONSTRAINTS]
+    bigrams = run_engine(tiny_run, beam_size=4, alpha=0.6, precision="float32",
+                         no_repeat_ngram_size=2)
+    assert features[12]["translations"] == bigrams.translate(SENTENCES, constraints=phrases)
+    for text, wanted in zip(features[12]["translations"], phrases):
+        assert all(phrase in text for phrase in wanted), (text, wanted)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from keras_transformer import export
-from tests.conftest import run_decoder
+from tests.conftest import run_decoder, run_engine
 from tests.training_helpers import run_python
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -94,6 +94,8 @@ REQUESTS = [
     ("score", {"sources": SENTENCES}),  # no defaults there: TF Serving refuses
     ("serving_default", {"sentences": SENTENCES, "beam": 2}),  # not an input: refused
     ("serving_default", {"sentences": SENTENCES, "constraints": CONSTRAINTS}),
+    # One repetition control given, the other and the search's from the defaults.
+    ("serving_default", {"sentences": SENTENCES, "no_repeat_ngram_size": 2}),
 ]
 
 
@@ -127,10 +129,11 @@ def test_a_request_of_sentences_only_gets_the_signature_defaults(served, toy_tra
     signatures = served["signatures"]
     # The defaults TF Serving applies are the export's search settings (beam 4, alpha 0.6).
     assert signatures["serving_default"]["defaults"] == {
-        "beam_size": 4, "alpha": pytest.approx(0.6), "prefixes": [], "constraints": []}
+        "beam_size": 4, "alpha": pytest.approx(0.6), "prefixes": [], "constraints": [],
+        "no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
     assert signatures["translate_nbest"]["defaults"] == {
         "beam_size": 4, "alpha": pytest.approx(0.6), "num_hypotheses": 4, "prefixes": [],
-        "constraints": []}
+        "constraints": [], "no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
     assert signatures["score"]["defaults"] == {}
     assert signatures["serving_default"]["inputs"]["sentences"].endswith(":0")
 
@@ -348,3 +351,13 @@ def test_a_request_is_filled_from_the_signature_defaults_as_tf_serving_fills_it(
     # The benchmark's answer check: texts equal, scores within 1e-5.
     assert not differs((["a"], [-1.0]), (["a"], [-1.000001]))
     assert differs((["a"], [-1.0]), (["a"], [-1.1])) and differs((["b"], None), (["a"], None))
+
+
+@pytest.mark.slow
+def test_a_repetition_control_through_the_defaults_equals_the_translators(served, tiny_run):
+    translator = run_engine(tiny_run, beam_size=4, alpha=0.6, precision="float32",
+                            no_repeat_ngram_size=2)
+    texts, scores = _best(translator.translate(SENTENCES, nbest=True))
+    answer = served["answers"][8]
+    assert answer["translations"] == texts
+    np.testing.assert_allclose(answer["scores"], scores, atol=1e-4)

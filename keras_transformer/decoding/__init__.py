@@ -15,6 +15,8 @@ Its rooms are floors, each importing only from those above it in this list:
         prefix.py         the prefix mode of beam search: forced tokens (PrefixForcing)
         constraints.py    lexical constraints for beam search: phrase tracking, dynamic beam
                           allocation (Post and Vilar 2018); their mode (ConstraintBanks)
+        repetition.py     the repetition controls of greedy and beam search: no repeated
+                          n-grams, the repetition penalty; their mode (RepetitionControl)
         sampling.py       top-k / top-p / temperature sampling
         scoring.py        log P(target | source) of given pairs
         step.py           model_step: the bridge from a Transformer (or an ensemble) to the

@@ -246,6 +246,7 @@ class Decoder:
                 items.append(f"xla {'on' if on else 'off'} [{source or why}]")
                 continue
             if value is None or value is False or (name == "precision" and not precision) or (
+                    meta["said_if_set"] and value == meta["default"]) or (
                     engine is not None and meta["engine_option"] is True
                     and name not in engine.SUPPORTS):
                 continue  # off switches, and what another engine does not compute

@@ -59,7 +59,7 @@ FLAG_NAMES = {DISTILL: {"batch_size": "--teacher-batch-size",
 
 def option(default, help, *, check=None, choices=None, flag=None, metavar=None,
            commands=DECODING, mode=None, saved=False, engine_option=True, signature=False,
-           default_text=None, recorded_if_set=False):
+           default_text=None, recorded_if_set=False, said_if_set=False):
     """Declares one decoding option (a field of `Request`).
 
     Args:
@@ -76,12 +76,15 @@ def option(default, help, *, check=None, choices=None, flag=None, metavar=None,
         signature: an input of the exported signatures of its mode (`signature_input`).
         recorded_if_set: a job's record of its request (`recorded`) holds the option only when
             it is not the default (an option added later: older partial outputs resume).
+        said_if_set: the decoder's line (`Decoder.describe`) names the option only when it
+            is not the default (a control that is off by default).
     """
     field = setting(default, help, choices=choices, check=check, default_text=default_text)
     return dataclasses.field(default=default, metadata={
         **field.metadata, "flag_name": flag, "metavar": metavar, "commands": commands,
         "mode": mode, "saved": saved, "engine_option": engine_option,
-        "signature": signature, "recorded_if_set": recorded_if_set})
+        "signature": signature, "recorded_if_set": recorded_if_set,
+        "said_if_set": said_if_set})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +113,20 @@ class Request:
         check=Range(low=0, note="0: exact, ending anywhere up to the output limit"),
         commands=DECODING + (DISTILL,), mode=SEARCH, recorded_if_set=True,
         default_text="default: 3 (parse: 0)")
+    no_repeat_ngram_size: int = option(
+        0, "never repeat an n-gram of this many tokens within an output (a target prefix "
+        "included): a token that would complete one the output already holds is banned "
+        "(fairseq's --no-repeat-ngram-size; a prefix's own tokens and a constraint's are "
+        "still written)", check=Range(low=0, note="0: off"), metavar="N",
+        commands=(TRANSLATE, EVALUATE), mode=SEARCH, signature=True, recorded_if_set=True,
+        said_if_set=True, default_text="default: 0, off")
+    repetition_penalty: float = option(
+        1.0, "penalize the tokens an output has already generated: each one's logit z becomes "
+        "z / P if positive and z * P if negative, before the softmax (Hugging Face's and "
+        "CTranslate2's rule; above 1 discourages repeats)",
+        check=Range(low=0, low_open=True, note="1: off"), metavar="P",
+        commands=(TRANSLATE, EVALUATE), mode=SEARCH, signature=True, recorded_if_set=True,
+        said_if_set=True, default_text="default: 1.0, off")
     nbest: bool = option(
         False, "print every beam hypothesis as: line, score, text (line: the input line's "
         "number from 0; score: the hypothesis' score, length-penalized log-probability), "

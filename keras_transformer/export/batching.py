@@ -34,7 +34,8 @@ import uuid
 import tensorflow as tf
 
 from keras_transformer.defaults import BATCH_MAX_ROWS, BATCH_THREADS, BATCH_TIMEOUT_MS
-from keras_transformer.export.graph import ExportError, check_nbest_request, nbest_ids
+from keras_transformer.export.graph import (
+    ExportError, check_nbest_request, nbest_ids, no_repetition_controls, repetition_off)
 from keras_transformer.decoding.search.rules import trim
 from pipelines.special_ids import PAD_ID
 
@@ -127,18 +128,21 @@ class BatchedSearch:
         source_ids, prefix = _at_least_one_column(trim(source_ids)), _at_least_one_column(
             trim(prefix))
         return self.unconstrained(source_ids, self.beam_size, self.alpha, self.beam_size,
-                                  prefix)
+                                  prefix, *no_repetition_controls())
 
-    def __call__(self, source_ids, beam_size, alpha, num_hypotheses, prefix, constraints=None):
+    def __call__(self, source_ids, beam_size, alpha, num_hypotheses, prefix, constraints=None,
+                 repetition=None):
         """As `graph.nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, ...,
-        prefix, constraints)`: (ids (N, H, T), scores (N, H)). A request with constraints is
-        searched alone (their bookkeeping is per request)."""
+        prefix, constraints, repetition)`: (ids (N, H, T), scores (N, H)). A request with
+        constraints, or with a repetition control on, is searched alone (the batches search
+        with the export's defaults)."""
         source_ids, beam_size, alpha, num_hypotheses, prefix = check_nbest_request(
             source_ids, beam_size, alpha, num_hypotheses, prefix, self.max_rows)
         sentences = tf.shape(source_ids)[0]
         batched = tf.logical_and(
             tf.logical_and(tf.equal(beam_size, self.beam_size), tf.equal(alpha, self.alpha)),
             tf.logical_and(sentences > 0, sentences <= self.batching.max_rows))
+        batched = tf.logical_and(batched, repetition_off(repetition))
         if constraints is not None:
             batched = tf.logical_and(batched, tf.logical_not(tf.reduce_any(
                 tf.not_equal(constraints, PAD_ID))))
@@ -155,7 +159,7 @@ class BatchedSearch:
         def alone():
             return nbest_ids(self.model, source_ids, beam_size, alpha, num_hypotheses,
                              self.max_input_length, self.max_rows, prefix, constraints,
-                             self.unconstrained)
+                             self.unconstrained, repetition)
 
         return tf.cond(batched, in_a_batch, alone)
 

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from keras_transformer.decoding.search.beam_search import translate_beam
 from keras_transformer.decoding.search.compiling import XLA_WIDTH_STEP
-from keras_transformer.decoding.request import MAX_CONSTRAINTS, RANGES
+from keras_transformer.decoding.request import DEFAULTS, MAX_CONSTRAINTS, RANGES
 from keras_transformer.decoding.search.rules import trim
 from keras_transformer.decoding.search.sampling import translate_sample
 from keras_transformer.decoding.search.scoring import score_ids
@@ -135,6 +135,33 @@ def check_sampling_options(num_samples, top_k, top_p, temperature, seed, sentenc
     return _checked(checks, num_samples, top_k, top_p, temperature, seed)
 
 
+def no_repetition_controls():
+    """The repetition controls' inputs at their defaults, (no_repeat_ngram_size,
+    repetition_penalty) int32 and float32 scalars: off."""
+    return (tf.constant(DEFAULTS["no_repeat_ngram_size"], tf.int32),
+            tf.constant(DEFAULTS["repetition_penalty"], tf.float32))
+
+
+def check_repetition(repetition):
+    """The repetition controls' inputs (no_repeat_ngram_size, repetition_penalty), once each
+    is in the decoding request's range; None: their defaults (off)."""
+    if repetition is None:
+        return no_repetition_controls()
+    ngram_size = tf.convert_to_tensor(repetition[0], tf.int32)
+    penalty = tf.convert_to_tensor(repetition[1], tf.float32)
+    return tuple(_checked([in_range("no_repeat_ngram_size", ngram_size),
+                           in_range("repetition_penalty", penalty)], ngram_size, penalty))
+
+
+def repetition_off(repetition):
+    """A scalar bool: the repetition controls (tensors, or None) are both at their defaults."""
+    if repetition is None:
+        return tf.constant(True)
+    off = no_repetition_controls()
+    return tf.logical_and(tf.equal(tf.cast(repetition[0], tf.int32), off[0]),
+                          tf.equal(tf.cast(repetition[1], tf.float32), off[1]))
+
+
 def check_prefix(prefix, sentences):
     """(N, P) prefix ids, or None; one row per sentence."""
     if prefix is None:
@@ -175,33 +202,40 @@ def check_constraints(constraints, sentences, beam_size, max_phrase_tokens):
 
 
 def search_ids(model, source_ids, beam_size, alpha, max_input_length, max_rows=MAX_ROWS,
-               prefix=None, constraints=None, unconstrained=None):
+               prefix=None, constraints=None, unconstrained=None, repetition=None):
     """Best hypothesis per row: (ids (N, T) int32, scores (N,) float32); empty rows give EOS.
     prefix: (N, P) int32 ids each output starts with (rows of 0: none); constraints: (N, C, L)
-    int32 phrases every output holds (all 0: none; `check_constraints`); unconstrained: as
-    for `nbest_ids`."""
+    int32 phrases every output holds (all 0: none; `check_constraints`); unconstrained,
+    repetition: as for `nbest_ids`."""
     ids, scores = nbest_ids(model, source_ids, beam_size, alpha, 1, max_input_length, max_rows,
-                            prefix, constraints, unconstrained)
+                            prefix, constraints, unconstrained, repetition)
     return ids[:, 0, :], scores[:, 0]
 
 
 def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_length,
-              max_rows=MAX_ROWS, prefix=None, constraints=None, unconstrained=None):
+              max_rows=MAX_ROWS, prefix=None, constraints=None, unconstrained=None,
+              repetition=None):
     """The num_hypotheses best of the beam per row: (ids (N, H, T), scores (N, H)), best first.
 
     An empty row gives EOS with score 0 first; places the search's pool did not fill (and an
     empty row's others) hold no tokens and the score NEG_INF (-1e9).
 
     unconstrained: the search of a request without constraints, `(source_ids, beam_size,
-    alpha, num_hypotheses, prefix (N, P)) -> (ids, scores)`: an export's traced function that
-    all its beam searches call (`unconstrained_search`), so that the graph holds it once;
-    None: traced here.
+    alpha, num_hypotheses, prefix (N, P), no_repeat_ngram_size, repetition_penalty) -> (ids,
+    scores)`: an export's traced function that all its beam searches call
+    (`unconstrained_search`), so that the graph holds it once; None: traced here.
+    repetition: the repetition controls' scalar tensors (no_repeat_ngram_size,
+    repetition_penalty), checked in their ranges (`check_repetition`); None: off. Tensors:
+    the search holds their rules under a cond per step, which a request at the defaults
+    skips (`decoding.search.repetition`).
     """
     if constraints is None and unconstrained is not None:  # it checks the request itself
         return unconstrained(source_ids, beam_size, alpha, num_hypotheses,
-                             _prefix_or_none(prefix, source_ids))
+                             _prefix_or_none(prefix, source_ids), *check_repetition(repetition))
     source_ids, beam_size, alpha, num_hypotheses, prefix = check_nbest_request(
         source_ids, beam_size, alpha, num_hypotheses, prefix, max_rows)
+    controls = {} if repetition is None else dict(zip(
+        ("no_repeat_ngram_size", "repetition_penalty"), check_repetition(repetition)))
     constraints = check_constraints(constraints, tf.shape(source_ids)[0], beam_size,
                                     max_input_length)
     ids, empty = prepare_ids(source_ids, max_input_length)
@@ -212,14 +246,15 @@ def nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_len
         # zeros is no prefix: it finds the same), so that it is traced once.
         result = translate_beam(model, ids, beam_size, alpha, prefix=prefix,
                                 num_hypotheses=num_hypotheses, empty_rows=empty,
-                                optional_prefix=constraints is None, constraints=constraints)
+                                optional_prefix=constraints is None, constraints=constraints,
+                                **controls)
         return result["ids"], result["scores"]
 
     def without_constraints():
         if unconstrained is None:
             return search()
         return unconstrained(source_ids, beam_size, alpha, num_hypotheses,
-                             _prefix_or_none(prefix, source_ids))
+                             _prefix_or_none(prefix, source_ids), *check_repetition(repetition))
 
     if constraints is None:
         return search()
@@ -239,14 +274,17 @@ def unconstrained_search(model, max_input_length, max_rows=MAX_ROWS):
     """`nbest_ids` without constraints as one traced function (`graph_function`), for the
     `unconstrained` argument: an export's signatures and its batched search call it, so that
     the search (with its prefix branch) is traced and saved once, not once per caller."""
-    def search(source_ids, beam_size, alpha, num_hypotheses, prefix):
+    def search(source_ids, beam_size, alpha, num_hypotheses, prefix, no_repeat_ngram_size,
+               repetition_penalty):
         return nbest_ids(model, source_ids, beam_size, alpha, num_hypotheses, max_input_length,
-                         max_rows, prefix)
+                         max_rows, prefix,
+                         repetition=(no_repeat_ngram_size, repetition_penalty))
 
     return graph_function(search, input_signature=[
         tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32),
         tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
-        tf.TensorSpec([None, None], tf.int32)])
+        tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32),
+        tf.TensorSpec([], tf.float32)])
 
 
 def check_nbest_request(source_ids, beam_size, alpha, num_hypotheses, prefix=None,

@@ -50,8 +50,8 @@ from keras_transformer.export import batching as batching_module, text_signature
 from keras_transformer.export.batching import Batching, BatchedSearch
 from keras_transformer.export.warmup import saved_meta_graph, write_warmup_requests
 from keras_transformer.export.graph import (
-    MAX_ROWS, ExportError, graph_function, nbest_ids, search_ids, unconstrained_search,
-    xla_search_ids)
+    MAX_ROWS, ExportError, check_repetition, graph_function, nbest_ids, search_ids,
+    unconstrained_search, xla_search_ids)
 from keras_transformer.runs.run import atomic_path, remove_stale_temporaries, write_bytes
 
 log = logging.getLogger(__name__)
@@ -102,16 +102,19 @@ class IdsTranslatorModule(tf.Module):
         return self._parts.model
 
     def nbest_ids(self, source_ids, beam_size, alpha, num_hypotheses, prefix=None,
-                  constraints=None):
+                  constraints=None, repetition=None):
         """The text signatures' beam search (`graph.nbest_ids` with this export's bounds):
-        (ids (N, H, T), scores (N, H))."""
+        (ids (N, H, T), scores (N, H)); repetition: (no_repeat_ngram_size,
+        repetition_penalty) scalar tensors, or None (off)."""
         return nbest_ids(self.model, source_ids, beam_size, alpha, num_hypotheses,
                          self.max_input_length, self.max_rows, prefix, constraints,
-                         self._parts.search)
+                         self._parts.search, repetition)
 
-    def search_ids(self, source_ids, beam_size, alpha, prefix=None, constraints=None):
+    def search_ids(self, source_ids, beam_size, alpha, prefix=None, constraints=None,
+                   repetition=None):
         """The best hypothesis of `nbest_ids`: (ids (N, T), scores (N,))."""
-        ids, scores = self.nbest_ids(source_ids, beam_size, alpha, 1, prefix, constraints)
+        ids, scores = self.nbest_ids(source_ids, beam_size, alpha, 1, prefix, constraints,
+                                     repetition)
         return ids[:, 0, :], scores[:, 0]
 
     # The signatures are made per module, so that their default inputs are this export's.
@@ -186,10 +189,11 @@ class TranslatorModule(IdsTranslatorModule):
         # serving_default and translate_nbest call one traced function: the search (its
         # prefix, constraint and batching branches) is traced and saved once, not per
         # signature.
-        self._parts.nbest = graph_function(self._search_nbest, input_signature=[
+        self._parts.nbest = graph_function(self._traced_nbest, input_signature=[
             tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([], tf.int32),
             tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int32),
-            tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32)])
+            tf.TensorSpec([None, None], tf.int32), tf.TensorSpec([None, None, None], tf.int32),
+            tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32)])
         # Untracked, as the model (a constant of the graph, not a saved object).
         self._parts.starts_word = text_signatures.starts_word(tokenizer) if alignments else None
         self.serve = text_signatures.serving_default(self)
@@ -198,20 +202,25 @@ class TranslatorModule(IdsTranslatorModule):
         self.score = text_signatures.score(self)
 
     def nbest_ids(self, source_ids, beam_size, alpha, num_hypotheses, prefix=None,
-                  constraints=None):
+                  constraints=None, repetition=None):
         if prefix is None or constraints is None:
             return self._search_nbest(source_ids, beam_size, alpha, num_hypotheses, prefix,
-                                      constraints)
+                                      constraints, repetition)
         return self._parts.nbest(source_ids, beam_size, alpha, num_hypotheses, prefix,
-                                 constraints)
+                                 constraints, *check_repetition(repetition))
+
+    def _traced_nbest(self, source_ids, beam_size, alpha, num_hypotheses, prefix, constraints,
+                      no_repeat_ngram_size, repetition_penalty):
+        return self._search_nbest(source_ids, beam_size, alpha, num_hypotheses, prefix,
+                                  constraints, (no_repeat_ngram_size, repetition_penalty))
 
     def _search_nbest(self, source_ids, beam_size, alpha, num_hypotheses, prefix=None,
-                      constraints=None):
+                      constraints=None, repetition=None):
         if self._parts.batched is None:
             return super().nbest_ids(source_ids, beam_size, alpha, num_hypotheses, prefix,
-                                     constraints)
+                                     constraints, repetition)
         return self._parts.batched(source_ids, beam_size, alpha, num_hypotheses, prefix,
-                                   constraints)
+                                   constraints, repetition)
 
     @property
     def languages(self):

@@ -2,9 +2,11 @@
 (tensorflow-text sentencepiece), with the search rules of `export.graph`.
 
 * `serving_default`: sentences (N,) [, beam_size, alpha, prefixes (N,) or (0,), constraints
-  (N,) or (0,)] -> translations (N,), scores (N,) length-normalized.
-* `translate_nbest`: sentences [, beam_size, alpha, num_hypotheses, prefixes, constraints] ->
-  translations (N, H), scores (N, H), best first (H = num_hypotheses <= beam_size).
+  (N,) or (0,), no_repeat_ngram_size, repetition_penalty] -> translations (N,), scores (N,)
+  length-normalized.
+* `translate_nbest`: sentences [, beam_size, alpha, num_hypotheses, prefixes, constraints,
+  no_repeat_ngram_size, repetition_penalty] -> translations (N, H), scores (N, H), best first
+  (H = num_hypotheses <= beam_size).
 * `sample`: sentences [, num_samples, top_k, top_p, temperature, seed, prefixes] ->
   translations (N, S), scores (N, S) log P(translation | sentence).
 * `score`: sources (N,), targets (N,) -> log_prob (N,) natural-log total, tokens (N,) target
@@ -26,6 +28,9 @@ output starting with its subword tokens ("" for none), truncated to max_input_le
 constrained beam search, `decoding.search.beam_search`); checked by `export.graph`
 (`check_constraints`: at most MAX_CONSTRAINTS phrases, each of at most max_input_length
 tokens, none spelled with the unknown piece, a beam of 2 or more).
+`no_repeat_ngram_size` (int32, default 0) and `repetition_penalty` (float32, default 1.0):
+the repetition controls (`decoding.search.repetition`), off by default, checked in the
+request's ranges; a request that turns one on is searched alone, never batched.
 The beam searches of `serving_default` and `translate_nbest` are the module's
 (`search_ids`, `nbest_ids`): batched across concurrent requests when exported with batching
 (`export.batching`; a request with constraints is searched alone). Each signature is made per
@@ -62,6 +67,11 @@ def default(name):
     """The request's default of option `name`, as the constant a signature defaults to."""
     kind, value = signature_input(name)
     return tf.constant(value, kind)
+
+
+# The repetition controls (`decoding.search.repetition`), optional inputs of the beam
+# searches' signatures, last (after target_language where there is one): off by default.
+REPETITION = [option("no_repeat_ngram_size"), option("repetition_penalty")]
 
 
 def _with_eos(tokens):
@@ -128,11 +138,12 @@ def alignments(module, ids, hypotheses):
 
 
 def serving_default(module):
-    def body(sentences, beam_size, alpha, prefixes, constraints, untag=False):
+    def body(sentences, beam_size, alpha, prefixes, constraints, repetition, untag=False):
         ids, empty = source_ids(module, sentences)
         best, scores = module.search_ids(ids, beam_size, alpha,
                                          prefix_ids(module, prefixes, sentences),
-                                         constraint_ids(module, constraints, sentences))
+                                         constraint_ids(module, constraints, sentences),
+                                         repetition)
         translations = module.tokenizer.detokenize_dense(best)
         outputs = {"translations": tf.where(empty, "", translations), "scores": scores}
         if module.starts_word is not None:
@@ -142,23 +153,29 @@ def serving_default(module):
 
     if module.languages:
         @graph_function(input_signature=[SENTENCES, option("beam_size"), option("alpha"),
-                                         PREFIXES, CONSTRAINTS, TARGET_LANGUAGE])
+                                         PREFIXES, CONSTRAINTS, TARGET_LANGUAGE, *REPETITION])
         def serve_languages(sentences, beam_size=tf.constant(module.beam_size),
                             alpha=tf.constant(module.alpha),
                             prefixes=tf.constant(NO_PREFIXES, tf.string),
                             constraints=tf.constant(NO_CONSTRAINTS, tf.string),
-                            target_language=default_language(module)):
+                            target_language=default_language(module),
+                            no_repeat_ngram_size=default("no_repeat_ngram_size"),
+                            repetition_penalty=default("repetition_penalty")):
             return body(tagged_sentences(module, sentences, target_language), beam_size,
-                        alpha, prefixes, constraints, untag=True)
+                        alpha, prefixes, constraints,
+                        (no_repeat_ngram_size, repetition_penalty), untag=True)
 
         return serve_languages
 
     @graph_function(input_signature=[SENTENCES, option("beam_size"), option("alpha"), PREFIXES,
-                                     CONSTRAINTS])
+                                     CONSTRAINTS, *REPETITION])
     def serve(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), prefixes=tf.constant(NO_PREFIXES, tf.string),
-              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
-        return body(sentences, beam_size, alpha, prefixes, constraints)
+              constraints=tf.constant(NO_CONSTRAINTS, tf.string),
+              no_repeat_ngram_size=default("no_repeat_ngram_size"),
+              repetition_penalty=default("repetition_penalty")):
+        return body(sentences, beam_size, alpha, prefixes, constraints,
+                    (no_repeat_ngram_size, repetition_penalty))
 
     return serve
 
@@ -168,11 +185,13 @@ def _untagged(lines, untag):
 
 
 def translate_nbest(module):
-    def body(sentences, beam_size, alpha, num_hypotheses, prefixes, constraints, untag=False):
+    def body(sentences, beam_size, alpha, num_hypotheses, prefixes, constraints, repetition,
+             untag=False):
         ids, empty = source_ids(module, sentences)
         hypotheses, scores = module.nbest_ids(ids, beam_size, alpha, num_hypotheses,
                                               prefix_ids(module, prefixes, sentences),
-                                              constraint_ids(module, constraints, sentences))
+                                              constraint_ids(module, constraints, sentences),
+                                              repetition)
         outputs = {"translations": detokenize(module, hypotheses), "scores": scores}
         if module.starts_word is not None:
             outputs["alignments"] = _untagged(alignments(module, ids, hypotheses), untag)
@@ -181,24 +200,30 @@ def translate_nbest(module):
     specs = [SENTENCES, option("beam_size"), option("alpha"),
              tf.TensorSpec([], tf.int32, name="num_hypotheses"), PREFIXES, CONSTRAINTS]
     if module.languages:
-        @graph_function(input_signature=specs + [TARGET_LANGUAGE])
+        @graph_function(input_signature=specs + [TARGET_LANGUAGE, *REPETITION])
         def nbest_languages(sentences, beam_size=tf.constant(module.beam_size),
                             alpha=tf.constant(module.alpha),
                             num_hypotheses=tf.constant(module.beam_size),
                             prefixes=tf.constant(NO_PREFIXES, tf.string),
                             constraints=tf.constant(NO_CONSTRAINTS, tf.string),
-                            target_language=default_language(module)):
+                            target_language=default_language(module),
+                            no_repeat_ngram_size=default("no_repeat_ngram_size"),
+                            repetition_penalty=default("repetition_penalty")):
             return body(tagged_sentences(module, sentences, target_language), beam_size,
-                        alpha, num_hypotheses, prefixes, constraints, untag=True)
+                        alpha, num_hypotheses, prefixes, constraints,
+                        (no_repeat_ngram_size, repetition_penalty), untag=True)
 
         return nbest_languages
 
-    @graph_function(input_signature=specs)
+    @graph_function(input_signature=specs + REPETITION)
     def nbest(sentences, beam_size=tf.constant(module.beam_size),
               alpha=tf.constant(module.alpha), num_hypotheses=tf.constant(module.beam_size),
               prefixes=tf.constant(NO_PREFIXES, tf.string),
-              constraints=tf.constant(NO_CONSTRAINTS, tf.string)):
-        return body(sentences, beam_size, alpha, num_hypotheses, prefixes, constraints)
+              constraints=tf.constant(NO_CONSTRAINTS, tf.string),
+              no_repeat_ngram_size=default("no_repeat_ngram_size"),
+              repetition_penalty=default("repetition_penalty")):
+        return body(sentences, beam_size, alpha, num_hypotheses, prefixes, constraints,
+                    (no_repeat_ngram_size, repetition_penalty))
 
     return nbest
 

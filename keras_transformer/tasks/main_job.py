@@ -29,8 +29,7 @@ another language than asked (`evaluation.language_id`, py3langid over the run's 
 The exports go through `export.export_run` with the run's saved choice, as `keras-transformer
 export` would: the SavedModel (its `target_language` input: every pair), through which the
 examples are translated, and the CTranslate2 int8 folder for `translate --engine ctranslate2`
-(said how to add where the ctranslate2 package is missing; an ensemble has none).
-"""
+(said how to add where the ctranslate2 package is missing; an ensemble has none)."""
 
 import dataclasses
 import logging
@@ -343,8 +342,7 @@ def _show_examples(summary, target, outputs):
 
 def _export_and_show(summary, run, export_dir, name, targets, several):
     """Steps 4 and 5 on TensorFlow: the exports of the run's saved choice (`export_run`), and
-    the examples through the SavedModel, into every target. Returns the CTranslate2 folder
-    (None where there is none)."""
+    the examples through the SavedModel, into every target; the CTranslate2 folder or None."""
     import tensorflow as tf
     from absl import logging as absl_logging
 
@@ -366,7 +364,9 @@ def _export_and_show(summary, run, export_dir, name, targets, several):
     for target in targets if several else [None]:
         inputs = dict(sentences=tf.constant(EXAMPLES), beam_size=tf.constant(request.beam_size),
                       alpha=tf.constant(request.alpha, tf.float32),
-                      prefixes=tf.constant([], tf.string), constraints=tf.constant([], tf.string))
+                      prefixes=tf.constant([], tf.string), constraints=tf.constant([], tf.string),
+                      no_repeat_ngram_size=tf.constant(request.no_repeat_ngram_size),
+                      repetition_penalty=tf.constant(request.repetition_penalty, tf.float32))
         if target:
             inputs["target_language"] = tf.constant([target])
         outputs = serve(**inputs)["translations"].numpy()

@@ -74,21 +74,29 @@ class CTranslate2Translator(Engine):
             the next free worker; threads: each worker's threads (intra_threads). Defaults:
             `default_threading` (one worker per core, one thread each). Sampling runs on one
             worker with every thread, so that a seed gives the same samples.
+        no_repeat_ngram_size, repetition_penalty: the repetition controls, passed to
+            CTranslate2's translate_batch as they are (its rules are ours,
+            `decoding.search.repetition`); off by default.
     """
 
     NAME = "ctranslate2"
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
-                          "num_samples", "score", "alignments", "workers", "threads"})
+                          "num_samples", "score", "alignments", "workers", "threads",
+                          "no_repeat_ngram_size", "repetition_penalty"})
 
     def __init__(self, model_dir, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                  batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
-                 device="cpu", compute_type="default", threads=None, workers=None):
+                 device="cpu", compute_type="default", threads=None, workers=None,
+                 no_repeat_ngram_size=DEFAULTS["no_repeat_ngram_size"],
+                 repetition_penalty=DEFAULTS["repetition_penalty"]):
         self.ctranslate2 = require_ctranslate2()
         import sentencepiece as spm
 
         check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
-                   extra_length=extra_length, workers=workers, threads=threads))
+                   extra_length=extra_length, workers=workers, threads=threads,
+                   no_repeat_ngram_size=no_repeat_ngram_size,
+                   repetition_penalty=repetition_penalty))
         self.model_dir = pathlib.Path(model_dir)
         metadata_path = self.model_dir / METADATA
         if not metadata_path.is_file():
@@ -100,6 +108,10 @@ class CTranslate2Translator(Engine):
         self.suppressed = [[piece] for piece in metadata["suppressed"]]
         self.beam_size, self.alpha = beam_size, alpha
         self.batch_size, self.extra_length = batch_size, extra_length
+        # Passed through as they are: translate_batch's own (the same rules, applied by
+        # CTranslate2 to the logits before its softmax).
+        self.repetition = dict(no_repeat_ngram_size=no_repeat_ngram_size,
+                               repetition_penalty=float(repetition_penalty))
         self.processor = spm.SentencePieceProcessor(
             model_file=str(self.model_dir / VOCABULARY_FILE))
         self.workers, self.threads = default_threading(workers, threads)
@@ -120,7 +132,9 @@ class CTranslate2Translator(Engine):
         cls.refuse_unsupported(request.engine_options(command))
         return cls(model_dir, beam_size=request.beam_size, alpha=request.alpha,
                    batch_size=request.batch_size, extra_length=request.extra_length,
-                   workers=request.workers, threads=request.threads)
+                   workers=request.workers, threads=request.threads,
+                   no_repeat_ngram_size=request.no_repeat_ngram_size,
+                   repetition_penalty=request.repetition_penalty)
 
     def _engine(self, workers, threads):
         return self.ctranslate2.Translator(str(self.model_dir), inter_threads=workers,
@@ -205,7 +219,7 @@ class CTranslate2Translator(Engine):
     def _translate(self, sources, prefixes, nbest, alignments, limit):
         outputs = self.translator.translate_batch(
             sources, num_hypotheses=self.beam_size if nbest else 1, beam_size=self.beam_size,
-            length_penalty=self.alpha, return_attention=alignments,
+            length_penalty=self.alpha, return_attention=alignments, **self.repetition,
             **self._options(sources, prefixes, limit))
         if alignments:
             return [list(zip(output.hypotheses, output.scores, output.attention))

@@ -64,6 +64,10 @@ class Translator(Engine):
         stop_horizon: beam search stops a sentence once no alive hypothesis, ending within
             this many more steps, could beat its worst finished one (0: the exact rule;
             `beam_search`).
+        no_repeat_ngram_size, repetition_penalty: the repetition controls of greedy and
+            beam search (`decoding.search.repetition`): no repeated n-gram of this size
+            (0: off), the sign-aware penalty on the logits of tokens already generated
+            (1.0: off).
         jit_compile: compile the search with XLA (True or False: the decoder resolves
             "auto", where it was measured faster on this CPU class and precision,
             `decoding.engines.xla`). XLA compiles once per input shape, so batches are
@@ -95,15 +99,20 @@ class Translator(Engine):
     SUPPORTS = frozenset({"beam_size", "alpha", "extra_length", "batch_size", "nbest",
                           "prefixes", "sample", "top_k", "top_p", "temperature", "seed",
                           "num_samples", "precision", "xla", "score", "alignments",
-                          "constraints", "stop_horizon"})
+                          "constraints", "stop_horizon", "no_repeat_ngram_size",
+                          "repetition_penalty"})
 
     def __init__(self, model, tokenizer, beam_size=DEFAULTS["beam_size"],
                  alpha=DEFAULTS["alpha"], max_input_length=MAX_LENGTH,
                  batch_size=DEFAULTS["batch_size"], extra_length=DEFAULTS["extra_length"],
                  jit_compile=False, precision="float32", stop_horizon=DEFAULTS["stop_horizon"],
-                 precision_reason=None, xla_reason=None):
+                 precision_reason=None, xla_reason=None,
+                 no_repeat_ngram_size=DEFAULTS["no_repeat_ngram_size"],
+                 repetition_penalty=DEFAULTS["repetition_penalty"]):
         check(dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size,
-                   extra_length=extra_length, stop_horizon=stop_horizon))
+                   extra_length=extra_length, stop_horizon=stop_horizon,
+                   no_repeat_ngram_size=no_repeat_ngram_size,
+                   repetition_penalty=repetition_penalty))
         if precision not in DTYPES:
             raise InputError(f"precision={precision!r} must be one of {', '.join(DTYPES)} (the "
                              "decoder resolves 'auto': decoding.decoder.Decoder).")
@@ -123,13 +132,15 @@ class Translator(Engine):
         self.max_input_length, self.batch_size = max_input_length, batch_size
         self.jit_compile, self.extra_length = jit_compile, extra_length
         self.stop_horizon = stop_horizon
+        self.repetition = dict(no_repeat_ngram_size=no_repeat_ngram_size,
+                               repetition_penalty=float(repetition_penalty))
         self._search = self._compile_search(with_prefix=False)
         self._compiled = {}  # the searches compiled on first use: prefixes, sampling, scoring
         self._lock = threading.Lock()  # searches run from several threads (in_flight)
 
     def _compile_search(self, with_prefix, with_constraints=False):
         options = dict(extra_length=self.extra_length, jit_compile=self.jit_compile,
-                       with_prefix=with_prefix)
+                       with_prefix=with_prefix, **self.repetition)
         if with_constraints:
             return compiled_beam_search(self.model, self.beam_size, self.alpha,
                                         with_constraints=True, stop_horizon=self.stop_horizon,
@@ -161,7 +172,9 @@ class Translator(Engine):
                    max_input_length=max_input_length, batch_size=request.batch_size,
                    extra_length=request.extra_length, jit_compile=xla[0],
                    precision=precision[0], stop_horizon=request.stop_horizon,
-                   precision_reason=precision[1], xla_reason=xla[1])
+                   precision_reason=precision[1], xla_reason=xla[1],
+                   no_repeat_ngram_size=request.no_repeat_ngram_size,
+                   repetition_penalty=request.repetition_penalty)
 
     def search_ids(self, source_ids, prefix_ids=None, constraint_ids=None):
         """The search on a batch of id rows ((N, S) int32, EOS-terminated, 0-padded, e.g. from

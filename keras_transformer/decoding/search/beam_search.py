@@ -48,8 +48,10 @@ from keras_transformer.decoding.search.compiling import compile_search
 from keras_transformer.decoding.search.constraints import ConstraintBanks
 from keras_transformer.decoding.search.modes import LoopShape, Modes, Selection, Step
 from keras_transformer.decoding.search.prefix import PrefixForcing
+from keras_transformer.decoding.search.repetition import (
+    NGRAM_OFF, PENALTY_OFF, RepetitionControl, repetition)
 from keras_transformer.decoding.search.rules import (
-    NEG_INF, finish, special_tokens_banned, with_optional_prefix)
+    NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, encode, prefixed_step
 from keras_transformer.decoding.search.top_k import gather_beams
 from keras_transformer.decoding.request import DEFAULTS
@@ -64,7 +66,8 @@ def length_penalty(length, alpha):
 
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                 max_length=None, min_length=None, prefix=None, constraints=None, compact=False,
-                stop_horizon=DEFAULTS["stop_horizon"]):
+                stop_horizon=DEFAULTS["stop_horizon"], no_repeat_ngram_size=NGRAM_OFF,
+                repetition_penalty=PENALTY_OFF):
     """Batched beam search over a step function.
 
     Args:
@@ -100,6 +103,13 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             more steps and losing no more log-probability, could beat its lowest finished
             one; 0: ending anywhere up to its limit (exact: nothing found later could enter
             the pool). A Python int (see the module docstring).
+        no_repeat_ngram_size: a token that would repeat an n-gram of this size in its
+            hypothesis (the prefix included) is banned, except where the prefix forces it
+            and where it advances one of the hypothesis' unmet phrases; 0: off.
+        repetition_penalty: the sign-aware penalty on the logits of the tokens each
+            hypothesis has generated, before the softmax (`search.repetition`); 1: off.
+            Both Python numbers or scalar tensors (a signature's inputs: then a cond per
+            step and rule); at their Python defaults nothing is built for them.
 
     Returns:
         dict with
@@ -113,7 +123,8 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
                                                                                 "int32")
     steps = ops.max(limits, initial=1) if max_length is None else max_length
     modes = beam_modes(batch, limits, k, prefix=prefix, constraints=constraints,
-                       compact=compact)
+                       compact=compact,
+                       controls=repetition(no_repeat_ngram_size, repetition_penalty))
     loop = _first_loop(batch, k, steps, state)
     for mode in modes.all:
         loop = mode.start(loop)
@@ -127,13 +138,18 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             "log_probs": final["finished_log_probs"]}
 
 
-def beam_modes(batch, limits, beam_size, prefix=None, constraints=None, compact=False):
-    """The modes a beam search composes (`search.modes`): a new mode is one line here."""
+def beam_modes(batch, limits, beam_size, prefix=None, constraints=None, compact=False,
+               controls=None):
+    """The modes a beam search composes (`search.modes`): a new mode is one line here.
+    `controls`: a `repetition.Repetition`, or None (off)."""
     if compact and (prefix is not None or constraints is not None):
         raise ValueError("a compact beam search takes no prefix and no constraints.")
     others = () if prefix is None else (PrefixForcing(prefix),)
     selection = Selection(beam_size) if constraints is None else ConstraintBanks(constraints,
                                                                                  beam_size)
+    if controls is not None:
+        others += (RepetitionControl(controls, prefix_forcing(prefix),
+                                     getattr(selection, "phrases", None)),)
     shape = CompactLoop(batch, limits, beam_size) if compact else LoopShape(batch, limits)
     return Modes(selection, shape, others)
 
@@ -176,10 +192,12 @@ class BeamStep:
             logits, state = self.step_fn(ops.expand_dims(loop["tokens"], 1), loop["state"],
                                          index)
         with keras.name_scope("scores"):
-            log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
-            vocab = ops.shape(log_probs)[-1]
-            log_probs = ops.reshape(log_probs, (rows, self.k, vocab))
+            logits = ops.cast(logits[:, -1], "float32")
+            vocab = ops.shape(logits)[-1]
             step = Step(index, rows, vocab, limits, at_limit=(index + 1 >= limits)[:, None, None])
+            for mode in modes.all:
+                logits = mode.adjust_logits(loop, step, logits)
+            log_probs = ops.reshape(ops.log_softmax(logits, axis=-1), (rows, self.k, vocab))
             # Special tokens never; at the last allowed position only EOS. One select over the
             # (B, K, V) log-probabilities (each pass over them costs as much as a matmul).
             is_eos_column = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
@@ -244,7 +262,8 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
                    *, prefix=None, num_hypotheses=None, empty_rows=None, static=False,
                    optional_prefix=False, cached=True, extra_length=EXTRA_LENGTH,
                    max_output_length=None, min_length=None, constraints=None, compact=None,
-                   stop_horizon=DEFAULTS["stop_horizon"]):
+                   stop_horizon=DEFAULTS["stop_horizon"], no_repeat_ngram_size=NGRAM_OFF,
+                   repetition_penalty=PENALTY_OFF):
     """Beam search of `model`: the one body of this mode (see `search`'s module docstring).
 
     Args:
@@ -270,6 +289,8 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
             where it can, a cached search without prefix or constraints where shapes may
             follow values (TensorFlow's graphs without XLA).
         stop_horizon: when a sentence stops searching (`beam_search`; 0: exact).
+        no_repeat_ngram_size, repetition_penalty: the repetition controls (`beam_search`;
+            off by default).
 
     Returns:
         the `beam_search` dict ("ids" (B, H, T) best first, "scores", "log_probs" (B, H)),
@@ -291,7 +312,9 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
             constraints=constraints, compact=drop_done, encoded=encoded)
         return beam_search(step_fn, state, limits, beam_size, alpha, max_length, min_length,
                            prefix=prefix, constraints=constraints, compact=drop_done,
-                           stop_horizon=stop_horizon)
+                           stop_horizon=stop_horizon,
+                           no_repeat_ngram_size=no_repeat_ngram_size,
+                           repetition_penalty=repetition_penalty)
 
     result = with_optional_prefix(search, prefix) if branches else search(prefix)
     if num_hypotheses is not None:
@@ -302,7 +325,8 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
 def compiled_beam_search(model, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                          cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
                          with_prefix=False, with_constraints=False,
-                         stop_horizon=DEFAULTS["stop_horizon"]):
+                         stop_horizon=DEFAULTS["stop_horizon"], no_repeat_ngram_size=NGRAM_OFF,
+                         repetition_penalty=PENALTY_OFF):
     """`translate_beam` compiled once (see `compiling.compile_search` for each backend).
 
     With jit_compile (always under JAX), the search loop is compiled by XLA once per input
@@ -321,7 +345,9 @@ def compiled_beam_search(model, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS[
         prefix = extra[-1] if with_prefix else None
         return translate_beam(model, source_ids, beam_size, alpha, prefix=prefix,
                               static=static, cached=cached, extra_length=extra_length,
-                              constraints=constraints, stop_horizon=stop_horizon)
+                              constraints=constraints, stop_horizon=stop_horizon,
+                              no_repeat_ngram_size=no_repeat_ngram_size,
+                              repetition_penalty=repetition_penalty)
 
     extra = ((((None, None, None), "int32"),) if with_constraints else ()) + (
         (((None, None), "int32"),) if with_prefix else ())

@@ -26,6 +26,7 @@ from keras import ops
 
 from keras_transformer.decoding.search.compact import by_default, compact_start, shrink
 from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.repetition import NGRAM_OFF, PENALTY_OFF, repetition
 from keras_transformer.decoding.search.rules import finish, mask_special_tokens, prefix_forcing, trim
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step, tile_beams
 from pipelines.special_ids import BOS_ID, EOS_ID, PAD_ID
@@ -46,7 +47,7 @@ def argmax(x):
 
 
 def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False,
-                  prefix=None, pick=None, compact=False):
+                  prefix=None, pick=None, compact=False, controls=None):
     """Picks the next token of every row by a rule, one step at a time: the most likely one
     (greedy search) unless `pick` says otherwise (`decoding.search.sampling.RandomSampler` draws it).
 
@@ -68,6 +69,9 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
             (rows, sentences) of nests with N rows each (`step.model_step(compact=True)`, one
             row per sentence), both shrunk with the rows; a row's output is written out as it
             leaves. The same outputs as without (`beam_search`'s `compact`, for one row).
+        controls: a `repetition.Repetition` (the penalty on the logits, the n-gram ban on
+            the log-probabilities, both on each row's output so far; nothing banned where
+            the prefix forces the token), or None: off.
 
     Returns:
         (ids (N, T) int32 ending with EOS and padded with 0, log-probability (N,) float32).
@@ -80,8 +84,8 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
 
     def body(index, tokens, state, finished, scores, outputs):
         logits, state = step_fn(ops.expand_dims(tokens, 1), state, index)
-        log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
-        log_probs = mask_special_tokens(log_probs, index, min_length)
+        log_probs = _log_probs(logits, index, min_length, controls, outputs,
+                               forced_token and forced_token(index))
         next_tokens = pick(log_probs, index)
         if forced_token is not None:
             forced, token = forced_token(index)
@@ -109,12 +113,26 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
     if compact:
         if prefix is not None or keep_width:
             raise ValueError("a compact greedy search takes no prefix and keeps no width.")
-        return _compact_greedy(step_fn, initial, limits, min_length, pick)
+        return _compact_greedy(step_fn, initial, limits, min_length, pick, controls)
     index, _, _, _, scores, outputs = ops.while_loop(cond, body, initial)
     return (outputs if keep_width else outputs[:, :index]), scores
 
 
-def _compact_greedy(step_fn, initial, limits, min_length, pick):
+def _log_probs(logits, index, min_length, controls, outputs, forced=None):
+    """A step's (N, V) log-probabilities from its logits (N, 1, V): the repetition controls
+    on each row's `outputs` so far (if any; `forced`: the prefix's (forced, token) rows,
+    which nothing bans), the special tokens banned."""
+    logits = ops.cast(logits[:, -1], "float32")
+    if controls is not None:
+        logits = controls.logits(logits, lambda: (outputs, index))
+    log_probs = ops.log_softmax(logits, axis=-1)
+    if controls is not None:
+        log_probs = controls.log_probs(log_probs, lambda: (outputs, index),
+                                       None if forced is None else lambda: forced[0][:, None])
+    return mask_special_tokens(log_probs, index, min_length)
+
+
+def _compact_greedy(step_fn, initial, limits, min_length, pick, controls=None):
     """`greedy_search(compact=True)`: the loop holds the rows still running (their numbers in
     "live", their limits), an ended row's ids and score go to full-size outputs as it leaves."""
     index, tokens, state, _, scores, outputs = initial
@@ -125,8 +143,7 @@ def _compact_greedy(step_fn, initial, limits, min_length, pick):
 
     def body(index, live, state, out_scores, out_ids):
         logits, (rows, sentences) = step_fn(ops.expand_dims(live["tokens"], 1), state, index)
-        log_probs = ops.log_softmax(ops.cast(logits[:, -1], "float32"), axis=-1)
-        log_probs = mask_special_tokens(log_probs, index, min_length)
+        log_probs = _log_probs(logits, index, min_length, controls, live["outputs"])
         next_tokens = ops.where(index + 1 >= live["limits"], EOS_ID, pick(log_probs, index))
         chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
         live = dict(live, tokens=next_tokens, scores=live["scores"] + chosen,
@@ -147,7 +164,8 @@ def _compact_greedy(step_fn, initial, limits, min_length, pick):
 
 
 def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
-                           with_prefix=False):
+                           with_prefix=False, no_repeat_ngram_size=NGRAM_OFF,
+                           repetition_penalty=PENALTY_OFF):
     """`translate_greedy` compiled once (see `compile_search` for each backend).
 
     With jit_compile (always under JAX), the search loop is compiled by XLA once per input
@@ -159,7 +177,9 @@ def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_co
 
     def search(source_ids, static, prefix=None):
         result = translate_greedy(model, source_ids, prefix=prefix, static=static,
-                                  cached=cached, extra_length=extra_length)
+                                  cached=cached, extra_length=extra_length,
+                                  no_repeat_ngram_size=no_repeat_ngram_size,
+                                  repetition_penalty=repetition_penalty)
         return result["ids"][:, 0], result["scores"][:, 0]
 
     extra = (((None, None), "int32"),) if with_prefix else ()
@@ -169,7 +189,8 @@ def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_co
 
 def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=False,
                      cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
-                     min_length=None, compact=None):
+                     min_length=None, compact=None, no_repeat_ngram_size=NGRAM_OFF,
+                     repetition_penalty=PENALTY_OFF):
     """Greedy search of `model`: the one body of this mode (see the module docstring).
 
     Args:
@@ -185,6 +206,8 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
         compact: drop each sentence from the loop once it has ended (`greedy_search`);
             default: where it can, a cached search without prefix where shapes may follow
             values (TensorFlow's graphs without XLA).
+        no_repeat_ngram_size, repetition_penalty: the repetition controls
+            (`search.repetition`; off by default), Python numbers or scalar tensors.
 
     Returns:
         {"ids": (B, 1, T) int32 ending with EOS, 0-padded, "scores": (B, 1) log P(Y | X)};
@@ -195,7 +218,8 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
     ids, scores = pick_search(model, source_ids, 1, prefix=prefix, static=static,
                               cached=cached, extra_length=extra_length,
                               max_output_length=max_output_length, min_length=min_length,
-                              compact=compact)
+                              compact=compact,
+                              controls=repetition(no_repeat_ngram_size, repetition_penalty))
     # The loop keeps the steps taken: only the empty-row rule may leave columns to trim.
     return finish({"ids": ids, "scores": scores}, empty_rows,
                   trim_ids=not static and empty_rows is not None)
@@ -203,7 +227,7 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
 
 def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None, static=False,
                 cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
-                min_length=None, compact=False):
+                min_length=None, compact=False, controls=None):
     """`greedy_search` on `model` with `rows_per_sentence` rows per sentence, each picking
     its tokens by `pick` (default: the most likely; `sampling.translate_sample` draws them).
 
@@ -217,6 +241,7 @@ def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None,
         min_length: if set, EOS is not allowed before this many tokens.
         compact: drop each sentence from the loop once it has ended (`greedy_search`; one row
             per sentence, no prefix, where shapes may follow values).
+        controls: the repetition controls (`greedy_search`), or None.
 
     Returns:
         (ids (B, R, T) int32, log-probabilities (B, R) float32), R = rows_per_sentence.
@@ -231,7 +256,7 @@ def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None,
     ids, scores = greedy_search(
         step_fn, state, limits if single else tile_beams(limits, rows_per_sentence),
         max_length, min_length, keep_width=static, prefix=prefix if single else rows_prefix,
-        pick=pick, compact=compact)
+        pick=pick, compact=compact, controls=controls)
     if single:
         return ops.expand_dims(ids, 1), ops.expand_dims(scores, 1)
     batch = ops.shape(source_ids)[0]

@@ -10,6 +10,7 @@ state. Three kinds of mode:
     BeamMode    hooks every mode may have; the step calls them on each mode in turn (the
                 modes' order, `Modes.all`), each getting what the one before returned:
                   start    the loop's first values, with the mode's own
+                  adjust_logits  the step's logits, before their log-softmax
                   adjust   the step's log-probabilities, before any candidate is chosen
                   track    the candidates, once chosen: their validity, the mode's state of each
                   advance  the next loop values, once the alive beams are chosen
@@ -55,6 +56,12 @@ class BeamMode:
     def start(self, loop):
         """The loop's first values (a dict of tensors), with this mode's own added."""
         return loop
+
+    def adjust_logits(self, loop, step, logits):
+        """The step's float32 logits (B x K, V), rows in the state's order (row b x K + k:
+        sentence b, beam k), before their log-softmax: a rule on the model's distribution
+        itself (`repetition.RepetitionControl`'s penalty)."""
+        return logits
 
     def adjust(self, loop, step, log_probs):
         """The step's log-probabilities (B, K, V) before the candidates are chosen, with what
