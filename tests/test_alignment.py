@@ -338,15 +338,14 @@ def test_translator_saved_model_and_ctranslate2_give_the_same_alignments(
         "alignments", "scores", "translations"]
     assert "alignments" not in outputs["sample"] + outputs["translate_ids"]
     requests = tmp_path / "requests.py"
+    off = dict(prefixes=[], constraints=[], no_repeat_ngram_size=0, repetition_penalty=1.0)
     requests.write_text(repr([
-        ("serving_default", dict(sentences=sources, beam_size=2, alpha=0.6, prefixes=[],
-                                 constraints=[])),
+        ("serving_default", dict(sentences=sources, beam_size=2, alpha=0.6, **off)),
         ("translate_nbest", dict(sentences=sources, beam_size=2, alpha=0.6, num_hypotheses=2,
-                                 prefixes=[], constraints=[])),
-        ("serving_default", dict(sentences=[], beam_size=2, alpha=0.6, prefixes=[],
-                                 constraints=[])),
+                                 **off)),
+        ("serving_default", dict(sentences=[], beam_size=2, alpha=0.6, **off)),
         ("translate_nbest", dict(sentences=[], beam_size=2, alpha=0.6, num_hypotheses=2,
-                                 prefixes=[], constraints=[]))]), encoding="utf-8")
+                                 **off))]), encoding="utf-8")
     result = subprocess.run(
         [sys.executable, "-c", FRESH_PROCESS, str(path), str(requests), str(tmp_path / "a.json")],
         capture_output=True, text=True, timeout=600, env={**os.environ,

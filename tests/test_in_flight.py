@@ -1,4 +1,4 @@
-"""Batches searched at once (`Engine.in_flight`, `engine._in_order`): the results of one
+"""Batches searched at once (`Engine.in_flight`, `engine.in_order`): the results of one
 search after the other, in input order; an error ends the map."""
 
 import threading
@@ -6,12 +6,12 @@ import time
 
 import pytest
 
-from keras_transformer.decoding.engines.engine import _in_order
+from keras_transformer.decoding.engines.engine import in_order
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.runs import Run
 
 
-def test_results_in_order_with_at_most_so_many_calls_at_once():
+def test_resultsin_order_with_at_most_so_many_calls_at_once():
     running, most = [0], [0]
     lock = threading.Lock()
 
@@ -26,9 +26,9 @@ def test_results_in_order_with_at_most_so_many_calls_at_once():
 
     delays = [0.05, 0.0, 0.03, 0.0, 0.02, 0.01, 0.0]  # later calls often finish first
     arguments = [(number, delay) for number, delay in enumerate(delays)]
-    assert list(_in_order(call, arguments, 2)) == list(range(len(delays)))
+    assert list(in_order(call, arguments, 2)) == list(range(len(delays)))
     assert most[0] == 2
-    assert list(_in_order(call, arguments, 1)) == list(range(len(delays)))
+    assert list(in_order(call, arguments, 1)) == list(range(len(delays)))
 
 
 def test_an_error_ends_the_map_and_the_calls_not_started_never_run():
@@ -42,7 +42,7 @@ def test_an_error_ends_the_map_and_the_calls_not_started_never_run():
         return number
 
     with pytest.raises(ValueError, match="batch 1 is bad"):
-        list(_in_order(call, [(number,) for number in range(20)], 2))
+        list(in_order(call, [(number,) for number in range(20)], 2))
     assert max(started) <= 3  # at most the two in flight, and the next, once 0 was taken
 
 
