@@ -23,7 +23,8 @@ import keras
 
 from keras_transformer import hardware
 from keras_transformer.runs.start import RunStart
-from keras_transformer.training.callbacks import (Checkpointer, NanGuard, PeriodicCheckpoint,
+from keras_transformer.training.checkpointer import Checkpointer
+from keras_transformer.training.callbacks import (NanGuard, PeriodicCheckpoint,
                                                   Progress, StopAt, TrainingError)
 from keras_transformer.training.early_stopping import BestModel, EarlyStopping
 from keras_transformer.training.events import Evaluations, in_order
