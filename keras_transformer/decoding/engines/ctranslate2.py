@@ -202,11 +202,11 @@ class CTranslate2Translator(Engine):
         searched once under its largest limit, then each row that came within LIMIT_MARGIN
         tokens of its own limit searched again under it (rows of one limit together)."""
         limits = [self._limit(s, p) for s, p in zip(sources, prefixes or [None] * len(sources))]
-        found = self._translate(sources, prefixes, nbest, alignments, max(limits))
+        top = max(limits)
+        found = self._translate(sources, prefixes, nbest, alignments, top)
         again = {}
         for i, (limit, hypotheses) in enumerate(zip(limits, found)):
-            if limit < max(limits) and max(len(h[0]) for h in hypotheses) + self.LIMIT_MARGIN \
-                    >= limit:
+            if limit < top and max(len(h[0]) for h in hypotheses) + self.LIMIT_MARGIN >= limit:
                 again.setdefault(limit, []).append(i)
         for limit, rows in again.items():
             redone = self._translate([sources[i] for i in rows],

@@ -61,9 +61,10 @@ class Engine:
     # order batches arrive, samples one batch at a time (the same seed, the same samples).
     samples_in_flight = None  # None: in_flight
     # File-level jobs (`jobs.streaming`): sentences per window, in batches (sorted by length
-    # within it), and windows decoded at once (2: the next starts before the last one's tail
-    # ends, for an engine whose workers would otherwise wait at each window's end).
-    window_batches = 16
+    # within it; None: `streaming.WINDOW_BATCHES`), and windows decoded at once (2: the next
+    # starts before the last one's tail ends, for an engine whose workers would otherwise wait
+    # at each window's end).
+    window_batches = None
     windows_in_flight = 1
     # The target languages of a run of several pairs (`engines.languages`): each source gets
     # its target's tag. A one-pair run's engine has none and translates as it always did.

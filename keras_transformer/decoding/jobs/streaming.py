@@ -29,7 +29,7 @@ WINDOW_BATCHES = 16
 
 def window_size(batch_size, engine=None):
     """Sentences per window: `WINDOW_BATCHES` batches, or the engine's `window_batches`."""
-    return batch_size * getattr(engine, "window_batches", WINDOW_BATCHES)
+    return batch_size * (getattr(engine, "window_batches", None) or WINDOW_BATCHES)
 
 
 def aligned_counts(paths):
