@@ -67,6 +67,23 @@ class Report:
         self.emit(record)
 
 
+def stutter(pieces_list, run=4):
+    """How many outputs stutter: of `pieces_list` (each output's sentencepiece pieces, or ids),
+    those holding one piece `run` or more times in a row ("Gestestestestestil", issue 70).
+    The rule of `keras_transformer.evaluation.stutter` (the demo's choice counts with it),
+    written again here: this module imports nothing of the package."""
+    count = 0
+    for pieces in pieces_list:
+        length, previous = 0, object()
+        for piece in pieces:
+            length = length + 1 if piece == previous else 1
+            previous = piece
+            if length >= run:
+                count += 1
+                break
+    return count
+
+
 def csv_choice(choices):
     """An argparse `type`: a comma-separated list of values among `choices`."""
 

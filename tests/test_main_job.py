@@ -126,6 +126,8 @@ def test_the_demo_is_one_job_for_one_pair_or_several(targets, shared_data, runti
                         lambda *args: (official(*args) or [])[:12] or None)
     monkeypatch.setattr(main_job, "VAL_SENTENCES", 6)
     monkeypatch.setattr(tuning, "ALPHAS", (0.6, 1.0))  # two beam searches on val, not four
+    # and one more for the repetition controls (off is the chosen alpha's own output)
+    monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (tuning.REPETITION_OFF, (3, 1.0)))
     settings = dict(preset=runtime_preset, vocab_size=400, tokens_per_batch=512, max_length=32,
                     precision="float32", source_dir=str(shared_data / "multi30k"), verbose=0)
     run_dir, exports = tmp_path / "run", tmp_path / "exports"
@@ -137,6 +139,10 @@ def test_the_demo_is_one_job_for_one_pair_or_several(targets, shared_data, runti
     choice = json.loads((run_dir / "decoding.json").read_text(encoding="utf-8"))
     assert (choice["beam_size"], choice["alpha"], choice["model"]) == (
         4, summary["alpha"], "averaged.keras")
+    assert (choice["no_repeat_ngram_size"], choice["repetition_penalty"]) in \
+        tuning.REPETITION_CANDIDATES
+    assert set(summary["val_beam_by_repetition"]) == {"off", "no_repeat_ngram_size 3"}
+    assert summary["repetition"] in summary["val_beam_by_repetition"]
     assert json.loads((run_dir / main_job.SUMMARY).read_text(encoding="utf-8")) == \
         json.loads(json.dumps(summary))
     assert summary["saved_model"] == str(exports / name / "1")

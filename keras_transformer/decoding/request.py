@@ -118,15 +118,17 @@ class Request:
         "included): a token that would complete one the output already holds is banned "
         "(fairseq's --no-repeat-ngram-size; a prefix's own tokens and a constraint's are "
         "still written)", check=Range(low=0, note="0: off"), metavar="N",
-        commands=(TRANSLATE, EVALUATE), mode=SEARCH, signature=True, recorded_if_set=True,
-        said_if_set=True, default_text="default: 0, off")
+        commands=(TRANSLATE, EVALUATE), mode=SEARCH, saved=True, signature=True,
+        recorded_if_set=True, said_if_set=True,
+        default_text="default: the run's saved choice, else 0, off")
     repetition_penalty: float = option(
         1.0, "penalize the tokens an output has already generated: each one's logit z becomes "
         "z / P if positive and z * P if negative, before the softmax (Hugging Face's and "
         "CTranslate2's rule; above 1 discourages repeats)",
         check=Range(low=0, low_open=True, note="1: off"), metavar="P",
-        commands=(TRANSLATE, EVALUATE), mode=SEARCH, signature=True, recorded_if_set=True,
-        said_if_set=True, default_text="default: 1.0, off")
+        commands=(TRANSLATE, EVALUATE), mode=SEARCH, saved=True, signature=True,
+        recorded_if_set=True, said_if_set=True,
+        default_text="default: the run's saved choice, else 1.0, off")
     nbest: bool = option(
         False, "print every beam hypothesis as: line, score, text (line: the input line's "
         "number from 0; score: the hypothesis' score, length-penalized log-probability), "

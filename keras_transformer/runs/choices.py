@@ -2,7 +2,8 @@
 `Run.decoding` and `Run.save_decoding` (runs/run.py).
 
     {"format_version": 1, "model": "averaged.keras", "weights": "average of the last 5
-     checkpoints", "beam_size": 4, "alpha": 1.0, "chosen_by": "the main job, on val"}
+     checkpoints", "beam_size": 4, "alpha": 1.0, "no_repeat_ngram_size": 0,
+     "repetition_penalty": 1.0, "chosen_by": "the main job, on val"}
 
 Every key but the format version may be absent; "model" names a .keras file inside the run
 (or is null). The job or command that chose them writes them through the decoder
@@ -15,14 +16,18 @@ import json
 from keras_transformer.errors import RunError
 from pipelines.files import write_json
 
-FORMAT_VERSION = 1
-KEYS = ("model", "weights", "beam_size", "alpha", "chosen_by")
+# Version 2 added the repetition controls: a file without them (version 1) decodes with them
+# off. A file is written as version 1 when it holds neither, so that an older keras-transformer
+# still reads it, and as version 2 otherwise (the older one then asks to upgrade).
+FORMAT_VERSION = 2
+REPETITION_KEYS = ("no_repeat_ngram_size", "repetition_penalty")
+KEYS = ("model", "weights", "beam_size", "alpha", *REPETITION_KEYS, "chosen_by")
 
 
 def checked(choices):
     """`choices` with their keys and texts checked: ValueError names a key that is unknown or
     a text of the wrong kind. Returns a copy. The decoding options among them (beam_size,
-    alpha) are checked by their declaration, when the decoder reads or saves them
+    alpha, the repetition controls) are checked by their declaration, when the decoder reads or saves them
     (`decoding.decoder.Decoder`)."""
     unknown = sorted(set(choices) - set(KEYS))
     if unknown:
@@ -65,5 +70,6 @@ def save_choices(path, **choices):
     """Merges `choices` (checked) into those in `path` and writes them atomically with the
     format version. Returns the merged choices."""
     merged = {**read_choices(path), **checked(choices)}
-    write_json(path, {"format_version": FORMAT_VERSION, **merged})
+    version = FORMAT_VERSION if any(key in merged for key in REPETITION_KEYS) else 1
+    write_json(path, {"format_version": version, **merged})
     return merged

@@ -25,8 +25,9 @@ Layout of a run directory (format version 2):
     decoding.json       the decoding choices made for the run (`save_decoding`): {"format_version",
                         "model" (a .keras file of the run, or null), "weights" (which weights
                         those are, e.g. "average of the last 5 checkpoints"), "beam_size",
-                        "alpha", "chosen_by" (which command chose them, on which data)}; any key
-                        may be absent. An ensemble keeps its own in its top directory.
+                        "alpha", "no_repeat_ngram_size", "repetition_penalty", "chosen_by"
+                        (which command chose them, on which data)}; any key may be absent
+                        (the repetition controls then off). An ensemble keeps its own in its top directory.
     distilled/          a student's corpus (`distill`): SPLIT.LANG files, the teacher's
                         training sources and their translations, its dev set and references
     logs/               TensorBoard events: logs/train and logs/dev (training/tensorboard.py)
@@ -274,7 +275,8 @@ class Run(ModelFiles):
     # The decoding choices.
     def decoding(self):
         """The decoding choices saved for the run (decoding.json, runs/choices.py): a dict of
-        some of "model", "weights", "beam_size", "alpha", "chosen_by"; {} when none were
+        some of "model", "weights", "beam_size", "alpha", "no_repeat_ngram_size",
+        "repetition_penalty", "chosen_by"; {} when none were
         saved. RunError names the file when it is damaged or newer than this version."""
         return read_choices(self.decoding_path)
 
@@ -286,8 +288,9 @@ class Run(ModelFiles):
             model: the file name of the model to decode with, inside the run (e.g.
                 "averaged.keras"), or None.
             weights: which weights that file holds (e.g. "average of the last 5 checkpoints").
-            beam_size, alpha: the search's (checked by their declaration, decoding/request.py:
-                call this through `decoding.decoder.Decoder.save_choice`, their one writer).
+            beam_size, alpha, no_repeat_ngram_size, repetition_penalty: the search's
+                (checked by their declaration, decoding/request.py: call this through
+                `decoding.decoder.Decoder.save_choice`, their one writer).
             chosen_by: which command chose them, on which data (e.g. "main job, on val").
 
         Returns:

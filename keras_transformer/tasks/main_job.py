@@ -1,6 +1,6 @@
 """The main job, end to end on Multi30k, for one pair or several: vocabulary, training,
-checkpoint averaging and length penalty chosen on val, test2016 evaluation with beam 4,
-SavedModel and CTranslate2 int8 exports, example translations, a summary.
+checkpoint averaging, length penalty and repetition controls chosen on val, test2016 with
+beam 4, SavedModel and CTranslate2 int8 exports, example translations, a summary.
 
     keras-transformer demo                      # quick: 1,200 steps of a 2-layer model
     keras-transformer demo --full               # full: an ensemble of three 5,500-step models
@@ -11,7 +11,7 @@ The quick run (`make demo`) trains the recipe (settings below) with 2 layers and
 1,200 optimizer steps. The full run keeps the 3-layer model for 5,500 steps with P_drop 0.3
 (en-fr: 0.2); for en-de it trains two more models into the ensemble's member directories and
 decodes the three as an ensemble (ENSEMBLE_BY_TARGET). Each member's weights are chosen on val
-alone, then the ensemble's length penalty. docs/results.md has the sweeps behind each choice.
+alone, then the ensemble's alpha and repetition controls; docs/results.md has the sweeps.
 Both recipes are bounded by steps, not by the clock, so every machine trains the same recipe
 (a slower machine takes longer), in mixed_bfloat16 where the CPU has bf16 and in float32
 elsewhere (`precision: auto`). Every choice the job makes is made on val and saved in the run
@@ -21,7 +21,7 @@ job did; test2016 is decoded once, at the end, and only reported.
 Several targets train one model for every pair with the quick recipe and as many times its
 optimizer steps as it has pairs (the compute of that many bilingual demos); checkpoints and dev
 evaluations come every that many times the bilingual recipe's steps, so that the averaging
-candidates span the same share of training. The weights and alpha are chosen on the first
+candidates span the same share of training. The weights and search are chosen on the first
 VAL_SENTENCES val sentences of every pair together (each tagged with its target), one choice
 for the model; test2016 is reported per pair, in one table, with the share of outputs in
 another language than asked (`evaluation.language_id`, py3langid over the run's languages).
@@ -39,7 +39,7 @@ import time
 from keras_transformer.decoding.request import DEFAULTS, EVALUATE, EXPORT
 from keras_transformer.defaults import EXPORT_DIR, MAX_LENGTH, TRAIN_TOKENS_PER_BATCH, VOCAB_SIZE
 from keras_transformer.tasks.tuning import (AVERAGE_CANDIDATES, ALPHAS, VAL_SENTENCES,  # noqa: F401
-                                           choose_alpha, choose_weights)
+                                           choose_alpha, choose_search, choose_weights)
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +177,8 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
 
     tagged_val = " (every pair's first sentences, tagged)" if several else ""
     print(f"== 2/5 choosing on val{tagged_val}: the weights (final, or an average of "
-          f"checkpoints){' of each member' if ensemble else ''}, then the length penalty",
-          flush=True)
+          f"checkpoints){' of each member' if ensemble else ''}, then the length penalty and "
+          "the repetition controls", flush=True)
     texts = pair_texts(config)  # each split read once
     dev_sources = [tagged(source, target) if several else source for target in targets
                    for source in texts[target]["dev"][0][:VAL_SENTENCES]]
@@ -201,17 +201,17 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
     else:
         chosen = summary["weights"] = weights[None]
         summary["val_greedy_sacrebleu"] = val_scores[None]
-    alpha, alpha_scores = choose_alpha(model, tokenizer, config.max_length, dev_sources,
-                                       dev_references, beam)
-    summary["alpha"] = alpha
-    summary["val_beam_sacrebleu_by_alpha"] = {str(a): v for a, v in alpha_scores.items()}
+    search, figures = choose_search(model, tokenizer, config.max_length, dev_sources,
+                                    dev_references, beam)  # alpha, then the repetition controls
+    summary.update(figures)
+    alpha, repetition = search["alpha"], figures["repetition"]
     # The run remembers the choices: translate, evaluate and export decode as the job does.
     chosen_by = (f"keras-transformer demo on val (first {VAL_SENTENCES} sentences"
                  f"{' of every pair' if several else ''})")
-    Decoder.save_choice(top, beam_size=beam, alpha=alpha, chosen_by=chosen_by,
+    Decoder.save_choice(top, beam_size=beam, chosen_by=chosen_by, **search,
                         **({"weights": chosen} if ensemble else
                            {"weights": chosen, "model": top.averaged_path.name}))
-    print(f"chosen: alpha {alpha} (saved in {top.decoding_path})", flush=True)
+    print(f"chosen: alpha {alpha}, repetition {repetition} -> {top.decoding_path}", flush=True)
 
     print(f"== 3/5 test2016 with beam {beam}, alpha {alpha}{', per pair' if several else ''}",
           flush=True)
@@ -248,7 +248,7 @@ def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EX
         if training:
             line = _training_line(training)
             print(f"  {member}: {line.strip()}" if member else line)
-    print(f"  weights: {chosen}; length penalty alpha {alpha} (both chosen on val)")
+    print(f"  weights: {chosen}; alpha {alpha}; repetition controls {repetition} (chosen on val)")
     if several:
         print(f"  test2016, beam {beam}:\n" + pair_table(summary["test2016"]))
     for key in () if several else ("val", "test2016"):

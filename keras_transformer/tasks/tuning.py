@@ -1,5 +1,6 @@
 """Choices made on validation data: which weights to decode with (the final ones, an average
-of checkpoints, or best.keras, the best dev evaluation's) and the length penalty. The main
+of checkpoints, or best.keras, the best dev evaluation's), the length penalty, and the
+repetition controls (`decoding.search.repetition`: on only where val says they help). The main
 job makes them and saves them in the run (`decoding.decoder.Decoder.save_choice`), where
 translate, evaluate and export find them.
 
@@ -15,6 +16,15 @@ AVERAGE_CANDIDATES = ((1, 1), (5, 1), (10, 1), (5, 2), (10, 2), (20, 1), (20, 2)
 # value past the best one seen on Multi30k (docs/results.md), so the choice is never its edge.
 ALPHAS = (0.6, 1.0, 1.4, 1.8)
 VAL_SENTENCES = 500  # val sentences decoded to make those choices
+# The repetition controls tried on val with the chosen alpha, as (no_repeat_ngram_size,
+# repetition_penalty): off, each control alone at the values fairseq's and Hugging Face's
+# users reach for. Off is the alpha search's own output, so these cost four more decodes.
+REPETITION_OFF = (0, 1.0)
+REPETITION_CANDIDATES = (REPETITION_OFF, (3, 1.0), (4, 1.0), (0, 1.1), (0, 1.2))
+# A control is kept for BLEU only beyond this much: within it of the best val sacreBLEU, the
+# setting with fewer stuttering outputs wins, then off (a control changes every sentence a
+# little, so a gain of noise is not worth it).
+NEAR_TIE = 0.1
 
 
 def weights_label(k, every):
@@ -62,27 +72,104 @@ def choose_weights(run, sources, references):
     return best[0], best[1], results
 
 
-def choose_alpha(model, tokenizer, max_length, sources, references,
-                 beam=DEFAULTS["beam_size"]):
-    """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given val
-    sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)})."""
-    import sacrebleu
-
+def _beam_searcher(model, tokenizer, max_length):
+    """A function of request values (beam_size, alpha, ...) -> the Keras engine searching
+    `model` with them, in the precision a translator picks here (the model cast once)."""
     from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.decoding.engines.precision import cast_model
     from keras_transformer.decoding.request import Request
 
-    # The model in the precision a translator picks here, cast once for every alpha.
     precision = Decoder().precision[0]
     model = cast_model(model, precision)
+    return lambda **values: Decoder(Request(precision=precision, **values)).engine(
+        model, tokenizer, max_length)
+
+
+def choose_alpha(model, tokenizer, max_length, sources, references,
+                 beam=DEFAULTS["beam_size"], outputs=None):
+    """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given val
+    sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)}); `outputs`, a dict, gets
+    {alpha: translations} (`choose_repetition` reuses the chosen alpha's)."""
+    import sacrebleu
+
+    searcher = _beam_searcher(model, tokenizer, max_length)
     results, best = {}, None
     for alpha in ALPHAS:
-        request = Request(beam_size=beam, alpha=alpha, precision=precision)
-        translator = Decoder(request).engine(model, tokenizer, max_length)
-        bleu = sacrebleu.corpus_bleu(translator.translate(sources), [references])
+        translations = searcher(beam_size=beam, alpha=alpha).translate(sources)
+        if outputs is not None:
+            outputs[alpha] = translations
+        bleu = sacrebleu.corpus_bleu(translations, [references])
         results[alpha] = (round(bleu.score, 2), round(bleu.bp, 3))
         print(f"  val (first {len(sources)} sentences, beam {beam}): alpha {alpha}: sacreBLEU "
               f"{bleu.score:.2f} (brevity penalty {bleu.bp:.3f})", flush=True)
         if best is None or bleu.score > best[1]:
             best = (alpha, bleu.score)
     return best[0], results
+
+
+def repetition_label(setting):
+    """"off", or the controls of (no_repeat_ngram_size, repetition_penalty) that are on."""
+    ngram, penalty = setting
+    said = ([f"no_repeat_ngram_size {ngram}"] if ngram != REPETITION_OFF[0] else []) + (
+        [f"repetition_penalty {penalty}"] if penalty != REPETITION_OFF[1] else [])
+    return ", ".join(said) or "off"
+
+
+def pick_repetition(results, near=NEAR_TIE):
+    """The setting to keep of `results` ({(no_repeat_ngram_size, repetition_penalty): (val
+    sacreBLEU, stuttering outputs)}): among those within `near` of the best sacreBLEU, the
+    fewest stutters, then off, then the higher sacreBLEU, then the first tried."""
+    best = max(bleu for bleu, _ in results.values())
+    close = [setting for setting, (bleu, _) in results.items()
+             if round(best - bleu, 6) <= near]
+    return min(close, key=lambda setting: (results[setting][1], setting != REPETITION_OFF,
+                                           -results[setting][0]))
+
+
+def choose_repetition(model, tokenizer, max_length, sources, references, beam, alpha,
+                      candidates=None, off_outputs=None):
+    """The repetition controls (`candidates`, each (no_repeat_ngram_size,
+    repetition_penalty); default REPETITION_CANDIDATES) kept by `pick_repetition` after a beam search of the given val
+    sentences with `alpha`, each scored by sacreBLEU and by its outputs that stutter
+    (`evaluation.stutter`: a piece 4+ times in a row). `off_outputs`: the translations
+    with the controls off, when already made (the alpha search's). Returns (setting,
+    {setting: (BLEU, stutters)})."""
+    import sacrebleu
+
+    from keras_transformer.evaluation.stutter import stutter_count
+
+    searcher = _beam_searcher(model, tokenizer, max_length)
+    results = {}
+    for ngram, penalty in candidates or REPETITION_CANDIDATES:
+        setting = (ngram, float(penalty))
+        if setting == REPETITION_OFF and off_outputs is not None:
+            translations = off_outputs
+        else:
+            translations = searcher(beam_size=beam, alpha=alpha, no_repeat_ngram_size=ngram,
+                                    repetition_penalty=penalty).translate(sources)
+        bleu = round(sacrebleu.corpus_bleu(translations, [references]).score, 2)
+        results[setting] = (bleu, stutter_count(translations, tokenizer))
+        print(f"  val (first {len(sources)} sentences, beam {beam}, alpha {alpha}): "
+              f"{repetition_label(setting)}: sacreBLEU {bleu:.2f}, {results[setting][1]} "
+              "outputs stutter", flush=True)
+    return pick_repetition(results), results
+
+
+def choose_search(model, tokenizer, max_length, sources, references,
+                  beam=DEFAULTS["beam_size"]):
+    """The length penalty (`choose_alpha`), then the repetition controls with it
+    (`choose_repetition`), on the given val sentences. Returns ({"alpha", "no_repeat_ngram_size",
+    "repetition_penalty"}: the choice to save, {"alpha", "repetition" (`repetition_label`), and
+    the val figures behind them}: the main job's summary)."""
+    outputs = {}
+    alpha, by_alpha = choose_alpha(model, tokenizer, max_length, sources, references, beam,
+                                   outputs)
+    (ngram, penalty), by_setting = choose_repetition(
+        model, tokenizer, max_length, sources, references, beam, alpha,
+        off_outputs=outputs[alpha])
+    figures = {"alpha": alpha, "repetition": repetition_label((ngram, penalty)),
+               "val_beam_sacrebleu_by_alpha": {str(a): v for a, v in by_alpha.items()},
+               "val_beam_by_repetition": {
+                   repetition_label(setting): {"sacrebleu": bleu, "stutters": count}
+                   for setting, (bleu, count) in by_setting.items()}}
+    return dict(alpha=alpha, no_repeat_ngram_size=ngram, repetition_penalty=penalty), figures

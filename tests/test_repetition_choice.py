@@ -1,0 +1,129 @@
+"""The demo's choice of the repetition controls on val (tasks/tuning.py): the rule that keeps
+them only where they help, the stutter count it breaks near-ties with, the choice saved in
+decoding.json and read back as beam and alpha are (a given value still wins; a file from
+before the controls decodes with them off), and the choice made on a tiny model."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.evaluation.stutter import stutter_count, stutters
+from keras_transformer.runs import Run
+from keras_transformer.tasks import tuning
+from keras_transformer.tasks.tuning import REPETITION_OFF, pick_repetition, repetition_label
+from pipelines import datasets
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
+from common import stutter  # noqa: E402
+
+OFF, NGRAM3, NGRAM4, PENALTY = REPETITION_OFF, (3, 1.0), (4, 1.0), (0, 1.2)
+
+
+def test_a_control_is_kept_for_a_gain_beyond_a_near_tie():
+    assert pick_repetition({OFF: (38.42, 12), NGRAM3: (38.60, 0), NGRAM4: (38.53, 7)}) == NGRAM3
+    # A gain beyond 0.1 wins even with more stutters than off.
+    assert pick_repetition({OFF: (38.42, 0), PENALTY: (38.60, 3)}) == PENALTY
+
+
+def test_near_ties_go_to_fewer_stutters_then_to_off():
+    # The demo's val figures: 4-grams best by 0.10, 3-grams within it and stutter-free.
+    assert pick_repetition({OFF: (38.42, 12), NGRAM3: (38.34, 0), NGRAM4: (38.44, 7)}) == NGRAM3
+    # Beyond 0.1 below the best, stutter-free does not help.
+    assert pick_repetition({OFF: (38.42, 12), NGRAM3: (38.31, 0)}) == OFF
+    # The same stutters: off, even 0.05 below.
+    assert pick_repetition({NGRAM4: (38.47, 2), OFF: (38.42, 2)}) == OFF
+    assert pick_repetition({OFF: (20.0, 0)}) == OFF
+    # Equal stutters, none off: the higher BLEU, then the first tried.
+    assert pick_repetition({NGRAM3: (38.40, 0), NGRAM4: (38.45, 0), OFF: (38.0, 5)}) == NGRAM4
+    assert pick_repetition({NGRAM4: (38.4, 0), NGRAM3: (38.4, 0)}) == NGRAM4
+
+
+def test_labels_name_the_controls_that_are_on():
+    assert repetition_label(OFF) == "off"
+    assert repetition_label(NGRAM3) == "no_repeat_ngram_size 3"
+    assert repetition_label((3, 1.1)) == "no_repeat_ngram_size 3, repetition_penalty 1.1"
+
+
+class Pieces:
+    """A stand-in vocabulary: one piece per character."""
+
+    @staticmethod
+    def encode(texts):
+        return [list(text) for text in texts]
+
+
+def test_an_output_stutters_with_one_piece_four_times_in_a_row():
+    assert stutters("abbbb") and stutters([5, 5, 5, 5]) and not stutters("abbbab")
+    assert stutters("aab", run=2) and not stutters("")
+    with pytest.raises(ValueError, match="run=1 must be at least 2"):
+        stutters("aaaa", run=1)
+    texts = ["Gestestestest", "Nummer 5555", "Nummer 555", "Neeeeein", ""]
+    assert stutter_count(texts, Pieces()) == 2
+    # The benchmarks' helper (benchmarks/common.py, importing nothing of the package) agrees.
+    assert stutter(Pieces.encode(texts)) == 2 and stutter([list("aaab")], run=3) == 1
+
+
+def test_the_choice_is_saved_and_read_as_beam_and_alpha_are(tmp_path):
+    run = Run(tmp_path)
+    Decoder.save_choice(run, beam_size=4, alpha=1.4, no_repeat_ngram_size=3,
+                        repetition_penalty=1, chosen_by="a test, on val")
+    saved = json.loads(run.decoding_path.read_text(encoding="utf-8"))
+    assert saved["format_version"] == 2 and saved["repetition_penalty"] == 1.0
+    decoder = Decoder.resolve(run)
+    request = decoder.request
+    assert (request.no_repeat_ngram_size, request.repetition_penalty) == (3, 1.0)
+    assert decoder.source("no_repeat_ngram_size") == "run"
+    assert "no_repeat_ngram_size 3 [run]" in decoder.describe()
+    # A given value (a flag, a Python caller's) wins over the run's.
+    given = Decoder.resolve(run, {"no_repeat_ngram_size": 0, "repetition_penalty": 1.2})
+    assert (given.request.no_repeat_ngram_size, given.request.repetition_penalty) == (0, 1.2)
+    assert given.source("no_repeat_ngram_size") == "given"
+    # A saved value out of range is refused naming the file.
+    run.decoding_path.write_text('{"format_version": 2, "repetition_penalty": 0}',
+                                 encoding="utf-8")
+    with pytest.raises(Exception, match=f"{run.decoding_path}: repetition_penalty=0 must be"):
+        Decoder.resolve(run)
+
+
+def test_a_choice_from_before_the_controls_decodes_with_them_off(tmp_path):
+    run = Run(tmp_path)
+    run.decoding_path.write_text(json.dumps({"format_version": 1, "beam_size": 4, "alpha": 1.4}),
+                                 encoding="utf-8")
+    request = Decoder.resolve(run).request
+    assert (request.alpha, request.no_repeat_ngram_size, request.repetition_penalty) == (
+        1.4, 0, 1.0)
+    Decoder.save_choice(run, weights="final weights")  # still version 1: older readers read it
+    assert json.loads(run.decoding_path.read_text(encoding="utf-8"))["format_version"] == 1
+
+
+def test_the_demo_chooses_the_controls_on_val_after_alpha(tiny_run, monkeypatch, capsys):
+    """Two alphas, then one more decode for the n-gram ban (off is the chosen alpha's own
+    output, not decoded again), on a tiny model's few val sentences."""
+    run = Run(tiny_run)
+    sources, references = datasets.pair_texts(
+        datasets.load_pairs("text", "dev", **run.config.data_arguments()), 12)
+    monkeypatch.setattr(tuning, "ALPHAS", (0.6, 1.0))
+    monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (OFF, (1, 1.0)))
+    searches = []
+    made = tuning._beam_searcher
+
+    def counted(*args):
+        searcher = made(*args)
+        return lambda **values: searches.append(values) or searcher(**values)
+
+    monkeypatch.setattr(tuning, "_beam_searcher", counted)
+    search, figures = tuning.choose_search(run.load_model(), run.vocabulary(),
+                                           run.config.max_length, sources, references, beam=2)
+    assert len(searches) == 3 and searches[-1]["no_repeat_ngram_size"] == 1
+    by_setting = figures["val_beam_by_repetition"]
+    assert set(by_setting) == {"off", "no_repeat_ngram_size 1"}
+    assert by_setting["off"]["sacrebleu"] == figures["val_beam_sacrebleu_by_alpha"][
+        str(search["alpha"])][0]
+    setting = (search["no_repeat_ngram_size"], search["repetition_penalty"])
+    assert setting == pick_repetition({key: (v["sacrebleu"], v["stutters"]) for key, v in zip(
+        (OFF, (1, 1.0)), by_setting.values())})
+    assert figures["repetition"] == repetition_label(setting)
+    assert "no_repeat_ngram_size 1: sacreBLEU" in capsys.readouterr().out
