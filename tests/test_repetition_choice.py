@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from keras_transformer.decoding.decoder import Decoder
+from keras_transformer.errors import InputError
 from keras_transformer.evaluation.stutter import stutter_count, stutters
 from keras_transformer.runs import Run
 from keras_transformer.tasks import tuning
@@ -84,7 +85,7 @@ def test_the_choice_is_saved_and_read_as_beam_and_alpha_are(tmp_path):
     # A saved value out of range is refused naming the file.
     run.decoding_path.write_text('{"format_version": 2, "repetition_penalty": 0}',
                                  encoding="utf-8")
-    with pytest.raises(Exception, match=f"{run.decoding_path}: repetition_penalty=0 must be"):
+    with pytest.raises(InputError, match=f"{run.decoding_path}: repetition_penalty=0 must be"):
         Decoder.resolve(run)
 
 

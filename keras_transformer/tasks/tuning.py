@@ -17,8 +17,9 @@ AVERAGE_CANDIDATES = ((1, 1), (5, 1), (10, 1), (5, 2), (10, 2), (20, 1), (20, 2)
 ALPHAS = (0.6, 1.0, 1.4, 1.8)
 VAL_SENTENCES = 500  # val sentences decoded to make those choices
 # The repetition controls tried on val with the chosen alpha, as (no_repeat_ngram_size,
-# repetition_penalty): off, each control alone at the values fairseq's and Hugging Face's
-# users reach for. Off is the alpha search's own output, so these cost four more decodes.
+# repetition_penalty): off, and each control alone at common values (CTRL's penalty is 1.2).
+# On the demo run no combination of the two came within NEAR_TIE of the best (the grid in
+# docs/decoding.md). Off is the alpha search's own output: these cost four more decodes.
 REPETITION_OFF = (0, 1.0)
 REPETITION_CANDIDATES = (REPETITION_OFF, (3, 1.0), (4, 1.0), (0, 1.1), (0, 1.2))
 # A control is kept for BLEU only beyond this much: within it of the best val sacreBLEU, the
@@ -129,8 +130,8 @@ def pick_repetition(results, near=NEAR_TIE):
 def choose_repetition(model, tokenizer, max_length, sources, references, beam, alpha,
                       candidates=None, off_outputs=None):
     """The repetition controls (`candidates`, each (no_repeat_ngram_size,
-    repetition_penalty); default REPETITION_CANDIDATES) kept by `pick_repetition` after a beam search of the given val
-    sentences with `alpha`, each scored by sacreBLEU and by its outputs that stutter
+    repetition_penalty); default REPETITION_CANDIDATES) kept by `pick_repetition` after a beam
+    search of the given val sentences with `alpha`, each scored by sacreBLEU and by its outputs that stutter
     (`evaluation.stutter`: a piece 4+ times in a row). `off_outputs`: the translations
     with the controls off, when already made (the alpha search's). Returns (setting,
     {setting: (BLEU, stutters)})."""
