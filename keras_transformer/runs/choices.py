@@ -27,8 +27,8 @@ KEYS = ("model", "weights", "beam_size", "alpha", *REPETITION_KEYS, "chosen_by")
 def checked(choices):
     """`choices` with their keys and texts checked: ValueError names a key that is unknown or
     a text of the wrong kind. Returns a copy. The decoding options among them (beam_size,
-    alpha, the repetition controls) are checked by their declaration, when the decoder reads or saves them
-    (`decoding.decoder.Decoder`)."""
+    alpha, the repetition controls) are checked by their declaration, when the decoder reads
+    or saves them (`decoding.decoder.Decoder`)."""
     unknown = sorted(set(choices) - set(KEYS))
     if unknown:
         raise ValueError(f"unknown decoding choice(s) {unknown}; the choices are {list(KEYS)}.")

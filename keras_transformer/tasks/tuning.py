@@ -131,8 +131,8 @@ def choose_repetition(model, tokenizer, max_length, sources, references, beam, a
                       candidates=None, off_outputs=None):
     """The repetition controls (`candidates`, each (no_repeat_ngram_size,
     repetition_penalty); default REPETITION_CANDIDATES) kept by `pick_repetition` after a beam
-    search of the given val sentences with `alpha`, each scored by sacreBLEU and by its outputs that stutter
-    (`evaluation.stutter`: a piece 4+ times in a row). `off_outputs`: the translations
+    search of the given val sentences with `alpha`, each scored by sacreBLEU and by its
+    outputs that stutter (`evaluation.stutter`: a piece 4+ times in a row). `off_outputs`: the translations
     with the controls off, when already made (the alpha search's). Returns (setting,
     {setting: (BLEU, stutters)})."""
     import sacrebleu
