@@ -1,12 +1,13 @@
-"""Batches searched at once (`Engine.in_flight`, `engine.in_order`): the results of one
-search after the other, in input order; an error ends the map."""
+"""Batches searched at once (`Engine.in_flight`, `engine.in_order`; an engine's own workers
+fed by `engine.submitted_in_order`): the results of one search after the other, in input
+order; an error ends the map."""
 
 import threading
 import time
 
 import pytest
 
-from keras_transformer.decoding.engines.engine import in_order
+from keras_transformer.decoding.engines.engine import in_order, submitted_in_order
 from keras_transformer.decoding.engines.translator import Translator
 from keras_transformer.runs import Run
 
@@ -44,6 +45,25 @@ def test_an_error_ends_the_map_and_the_calls_not_started_never_run():
     with pytest.raises(ValueError, match="batch 1 is bad"):
         list(in_order(call, [(number,) for number in range(20)], 2))
     assert max(started) <= 3  # at most the two in flight, and the next, once 0 was taken
+
+
+def test_submitted_calls_are_queued_ahead_and_collected_in_order():
+    queued, collected = [], []
+
+    def submit(number):
+        queued.append(number)
+
+        def collect():
+            # Queued before this one is waited for: this call and up to 3 behind it.
+            assert len(queued) == min(number + 4, 10)
+            collected.append(number)
+            return number * 10
+
+        return collect
+
+    assert list(submitted_in_order(submit, [(n,) for n in range(10)], 3)) == \
+        [n * 10 for n in range(10)]
+    assert queued == collected == list(range(10))
 
 
 @pytest.mark.slow  # two translators, two traced searches

@@ -18,7 +18,7 @@ import json
 import os
 import pathlib
 
-from keras_transformer.decoding.engines.engine import Engine, in_order
+from keras_transformer.decoding.engines.engine import Engine, submitted_in_order
 from keras_transformer.decoding.request import DEFAULTS, TRANSLATE, check
 from keras_transformer.errors import InputError
 from pipelines.vocabulary import FILENAME as VOCABULARY_FILE
@@ -115,9 +115,10 @@ class CTranslate2Translator(Engine):
         self.processor = spm.SentencePieceProcessor(
             model_file=str(self.model_dir / VOCABULARY_FILE))
         self.workers, self.threads = default_threading(workers, threads)
-        # Batches in flight (`Engine._run`): each worker busy, one more waiting for it.
-        self.in_flight = 2 * self.workers if self.workers > 1 else 1
-        self.samples_in_flight = 1  # one sampling worker, its random stream in batch order
+        # Searches: a window's batches queued with CTranslate2's workers at once
+        # (`Engine.submitted_ahead`, the Engine's default); samples: one batch at a time, on
+        # one sampling worker, its random stream in batch order.
+        self.samples_in_flight = 1
         # Files: larger windows (fuller batches of one length), the next window started
         # while the last one's tail is searched (measured: docs/performance.md).
         self.window_batches, self.windows_in_flight = 64, 2
@@ -174,18 +175,27 @@ class CTranslate2Translator(Engine):
                     suppress_sequences=self.suppressed, return_scores=True)
 
     def _searcher(self, nbest, alignments=False):
-        def search(sources, prefixes):
-            found = self._search_batch(sources, prefixes, nbest, alignments)
+        def submit(sources, prefixes):
+            collect = self._submit_batch(sources, prefixes, nbest, alignments)
             if not alignments:
-                return [[(self.processor.decode(p), float(s)) for p, s in hypotheses]
-                        for hypotheses in found]
-            from keras_transformer.decoding.search.alignment import ctranslate2_pharaoh
+                return lambda: [[(self.processor.decode(p), float(s)) for p, s in hypotheses]
+                                for hypotheses in collect()]
 
-            # Our rule on CTranslate2's attention (`alignment.ctranslate2_pharaoh`).
-            return [[(self.processor.decode(p), float(s), ctranslate2_pharaoh(source, p, a))
-                     for p, s, a in hypotheses] for source, hypotheses in zip(sources, found)]
+            def aligned():
+                from keras_transformer.decoding.search.alignment import ctranslate2_pharaoh
 
-        search.batch_key = self._search_key  # batches of mixed limits (`Engine._run`)
+                # Our rule on CTranslate2's attention (`alignment.ctranslate2_pharaoh`).
+                return [[(self.processor.decode(p), float(s), ctranslate2_pharaoh(source, p, a))
+                         for p, s, a in hypotheses]
+                        for source, hypotheses in zip(sources, collect())]
+
+            return aligned
+
+        def search(sources, prefixes):
+            return submit(sources, prefixes)()
+
+        search.submit = submit  # batches queued with CTranslate2's workers (`Engine._run`)
+        search.batch_key = self._search_key  # batches of mixed limits
         return search
 
     # A sentence searched under a batch's larger limit ends as under its own when its search
@@ -197,30 +207,42 @@ class CTranslate2Translator(Engine):
     # model whose outputs run to their limits.)
     LIMIT_MARGIN = 3
 
-    def _search_batch(self, sources, prefixes, nbest, alignments=False):
-        """Per row, its hypotheses (pieces, score[, attention]) under its own limit: the batch
-        searched once under its largest limit, then each row that came within LIMIT_MARGIN
-        tokens of its own limit searched again under it (rows of one limit together)."""
+    def _submit_batch(self, sources, prefixes, nbest, alignments=False):
+        """Queues a batch's search with CTranslate2's workers (translate_batch,
+        asynchronous) and returns what waits for it: a function giving, per row, its
+        hypotheses (pieces, score[, attention]) under its own limit. The batch is searched
+        once under its largest limit; each row that came within LIMIT_MARGIN tokens of its
+        own limit is searched again under it (rows of one limit together) when collected."""
         limits = [self._limit(s, p) for s, p in zip(sources, prefixes or [None] * len(sources))]
         top = max(limits)
-        found = self._translate(sources, prefixes, nbest, alignments, top)
-        again = {}
-        for i, (limit, hypotheses) in enumerate(zip(limits, found)):
-            if limit < top and max(len(h[0]) for h in hypotheses) + self.LIMIT_MARGIN >= limit:
-                again.setdefault(limit, []).append(i)
-        for limit, rows in again.items():
-            redone = self._translate([sources[i] for i in rows],
-                                     prefixes and [prefixes[i] for i in rows], nbest,
-                                     alignments, limit)
-            for i, hypotheses in zip(rows, redone):
-                found[i] = hypotheses
-        return found
+        pending = self._translate(sources, prefixes, nbest, alignments, top, asynchronous=True)
 
-    def _translate(self, sources, prefixes, nbest, alignments, limit):
-        outputs = self.translator.translate_batch(
+        def collect():
+            found = self._hypotheses([result.result() for result in pending], alignments)
+            again = {}
+            for i, (limit, hypotheses) in enumerate(zip(limits, found)):
+                if limit < top and max(len(h[0]) for h in hypotheses) + self.LIMIT_MARGIN >= limit:
+                    again.setdefault(limit, []).append(i)
+            for limit, rows in again.items():
+                redone = self._hypotheses(self._translate(
+                    [sources[i] for i in rows], prefixes and [prefixes[i] for i in rows], nbest,
+                    alignments, limit), alignments)
+                for i, hypotheses in zip(rows, redone):
+                    found[i] = hypotheses
+            return found
+
+        return collect
+
+    def _translate(self, sources, prefixes, nbest, alignments, limit, asynchronous=False):
+        """translate_batch's outputs (asynchronous: what waits for each, `.result()`)."""
+        return self.translator.translate_batch(
             sources, num_hypotheses=self.beam_size if nbest else 1, beam_size=self.beam_size,
-            length_penalty=self.alpha, return_attention=alignments, **self.repetition,
-            **self._options(sources, prefixes, limit))
+            length_penalty=self.alpha, return_attention=alignments, asynchronous=asynchronous,
+            **self.repetition, **self._options(sources, prefixes, limit))
+
+    @staticmethod
+    def _hypotheses(outputs, alignments):
+        """Per row [(pieces, score[, attention])] of translate_batch's outputs."""
         if alignments:
             return [list(zip(output.hypotheses, output.scores, output.attention))
                     for output in outputs]
@@ -228,13 +250,13 @@ class CTranslate2Translator(Engine):
 
     def translate_pieces(self, pieces, nbest=False):
         """The search without the text layer (benchmarks): piece lists (no EOS) -> per row
-        [(pieces, score)], best first, batched as `translate` batches."""
+        [(pieces, score)], best first, batched and queued as `translate` does."""
         keys = {i: self._search_key(row, None) for i, row in enumerate(pieces)}
         results = [None] * len(pieces)
         chunks = list(self._chunks(sorted(keys, key=keys.get), keys))
-        found_chunks = in_order(lambda chunk: self._search_batch(
+        found_chunks = submitted_in_order(lambda chunk: self._submit_batch(
             [pieces[i] for i in chunk], None, nbest), ([chunk] for chunk in chunks),
-            self.in_flight)
+            self.submitted_ahead)
         for chunk, found in zip(chunks, found_chunks):
             for i, hypotheses in zip(chunk, found):
                 results[i] = hypotheses

@@ -32,6 +32,7 @@ engine that declares them returns, from its searcher, (text, score, alignment) t
 from `_aligner` the teacher-forced alignment of given pairs; an empty line's alignment is "".
 """
 
+import collections
 from concurrent.futures import ThreadPoolExecutor
 
 from keras_transformer.decoding.engines.languages import TargetLanguages
@@ -57,6 +58,10 @@ class Engine:
     # searches leave cores idle between their ops (TensorFlow's step-by-step graphs) sets more
     # than one; the results are the same, in the same order.
     in_flight = 1
+    # A searcher with a `submit` attribute (an engine whose workers take batches of their
+    # own: CTranslate2's asynchronous translate_batch) is given batches without threads of
+    # ours, this many queued before the first result is waited for (`submitted_in_order`).
+    submitted_ahead = 64
     # The same for sampling: an engine whose random stream is one per worker, consumed in the
     # order batches arrive, samples one batch at a time (the same seed, the same samples).
     samples_in_flight = None  # None: in_flight
@@ -201,8 +206,11 @@ class Engine:
                 given.append([phrase_rows[i] for i in chunk])
             return given
 
-        for chunk, found in zip(chunks, in_order(decode_batch, map(inputs, chunks),
-                                                  in_flight or self.in_flight)):
+        submit = getattr(decode_batch, "submit", None)  # an engine with workers of its own
+        found_batches = (submitted_in_order(submit, map(inputs, chunks), self.submitted_ahead)
+                         if submit is not None else
+                         in_order(decode_batch, map(inputs, chunks), in_flight or self.in_flight))
+        for chunk, found in zip(chunks, found_batches):
             for i, hypotheses in zip(chunk, found):
                 results[i] = hypotheses
             if progress is not None:
@@ -300,6 +308,22 @@ def _tagged(sentences, tags):
 def _normalized_targets(sentences):
     """Target lines (prefixes, scored targets) normalized; "" for an empty or missing one."""
     return [_normalized(s) if s else "" for s in sentences]
+
+
+def submitted_in_order(submit, argument_lists, ahead):
+    """The results of the calls `submit(*arguments)` starts, one per list, in their order:
+    `submit` queues a call with an engine's own workers and returns a function of no
+    arguments that waits for its result. Up to `ahead` calls wait in the queue behind the
+    one whose result is awaited, so that the workers never wait on this thread (no thread of
+    ours, no lock taken while they search: a result is turned into Python objects only when
+    it is collected). The lists are read as the calls are queued."""
+    pending = collections.deque()
+    for arguments in argument_lists:
+        pending.append(submit(*arguments))
+        if len(pending) > ahead:
+            yield pending.popleft()()
+    while pending:
+        yield pending.popleft()()
 
 
 def in_order(function, argument_lists, workers):
