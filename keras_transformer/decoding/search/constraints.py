@@ -84,19 +84,22 @@ class PhraseConstraints:
     """The phrases of a batch and the rules on them that beam search applies each step.
 
     Args:
-        constraints: (B, C, L) int32 phrase ids, 0-padded (see the module docstring).
+        phrases: (B, C, L + 1) int32 phrase ids, 0-padded, with a column of padding at the end
+            (`padded`).
+        lengths: (B, C) int32 their numbers of tokens (`phrase_lengths`).
     """
 
-    def __init__(self, constraints):
-        phrases = ops.cast(constraints, "int32")
+    def __init__(self, phrases, lengths):
+        self.phrases, self.lengths = phrases, lengths
         shape = ops.shape(phrases)
-        # A column of padding at the end: phrases of width 0 still have a first token to
-        # read, and a phrase's progress (at most its length) indexes a column.
-        self.phrases = ops.pad(phrases, [[0, 0], [0, 0], [0, 1]])  # (B, C, L + 1)
-        self.lengths = phrase_lengths(self.phrases)  # (B, C)
-        self.num_phrases, self.width = shape[1], shape[2] + 1
-        # Banks 0 .. C * L: every constraint token of a sentence met.
-        self.num_banks = ops.cast(shape[1] * shape[2] + 1, "float32")
+        self.num_phrases, self.width = shape[1], shape[2]
+
+    @staticmethod
+    def padded(constraints):
+        """(B, C, L) phrase ids (see the module docstring) -> (B, C, L + 1) int32: a column of
+        padding at the end, so that phrases of width 0 still have a first token to read, and
+        a phrase's progress (at most its length) indexes a column."""
+        return ops.pad(ops.cast(constraints, "int32"), [[0, 0], [0, 0], [0, 1]])
 
     def initial(self, beam_size):
         """(met (B, K, C) bool, progress (B, K, C) int32) before the first token; a row of
@@ -161,24 +164,37 @@ class PhraseConstraints:
         met_tokens = ops.sum(ops.where(met, self.lengths[:, None, :], 0), axis=2)
         return met_tokens + ops.max(progress, axis=2, initial=0)
 
-    def allocate(self, scores, banks, valid, room, beam_size):
-        """Dynamic beam allocation, vectorized: the beam_size candidates to keep alive, (B, K)
-        indices into the M candidates (scores, banks: (B, M); valid: (B, M) bool; room: (B,)
-        tokens each sentence's hypotheses may still add before EOS).
+    def groups(self, met, progress):
+        """(B, M, C) met and progress -> (B, M) int32 phrases met or being matched: the groups
+        the beam is shared among (`allocate`)."""
+        return ops.sum(ops.cast(ops.logical_or(met, progress > 0), "int32"), axis=2)
 
-        Each candidate is ranked by score within its bank; candidates are taken by rank, the
-        higher bank first at equal rank (a round-robin over the banks), so that hypotheses
-        that met more constraint tokens keep slots against better-scored ones that met fewer.
-        Those that can no longer fit their missing tokens in the room left come last (they
-        keep only slots nobody else wants), so that the beams that end at the length limit
-        are, where possible, hypotheses that met every phrase.
+    def allocate(self, scores, met, progress, valid, room, beam_size):
+        """Dynamic beam allocation, vectorized: the beam_size candidates to keep alive, (B, K)
+        indices into the M candidates (scores: (B, M); met, progress: (B, M, C); valid: (B, M)
+        bool; room: (B,) tokens each sentence's hypotheses may still add before EOS).
+
+        Each candidate is ranked by score within its group (`groups`: the phrases it met or
+        is matching); candidates are taken by rank, the higher group first at equal rank (a
+        round-robin over the groups), so that hypotheses that met more phrases keep slots
+        against better-scored ones that met fewer. The groups count phrases, not Post and
+        Vilar's tokens: with a phrase of several pieces, a bank per token meant more banks
+        than beams, and the best hypotheses of the low banks (the translation without the
+        phrase, from which a well-placed phrase starts) lost their slots to the hypotheses
+        that had started the phrase anywhere. Those that can no longer fit their missing
+        tokens (`banks`) in the room left come last (they keep only slots nobody else
+        wants), so that the beams that end at the length limit are, where possible,
+        hypotheses that met every phrase.
         """
-        ranks = candidate_ranks(scores, banks, valid)
-        keys = ops.cast(banks, "float32") - ops.cast(ranks, "float32") * self.num_banks
+        groups = self.groups(met, progress)
+        ranks = candidate_ranks(scores, groups, valid)
+        num_groups = ops.cast(self.num_phrases + 1, "float32")
+        keys = ops.cast(groups, "float32") - ops.cast(ranks, "float32") * num_groups
+        banks = self.banks(met, progress)
         missing = ops.sum(self.lengths, axis=1)[:, None] - banks  # a lower bound
         hopeless = missing > room[:, None]
-        keys = ops.where(hopeless, keys - self.num_banks * ops.cast(ops.shape(scores)[1] + 1,
-                                                                    "float32"), keys)
+        keys = ops.where(hopeless, keys - num_groups * ops.cast(ops.shape(scores)[1] + 1,
+                                                                "float32"), keys)
         _, keep = ops.top_k(ops.where(valid, keys, NEG_INF), k=beam_size)
         return keep
 
@@ -187,9 +203,13 @@ class ConstraintBanks(Selection):
     """Beam search with constraints: a hypothesis may end only once it has met every phrase,
     each step also considers each beam's best continuation and those that advance its phrases
     (`PhraseConstraints.candidates`), and the alive beams are chosen by dynamic beam allocation
-    across banks. A hypothesis forced to end at its limit without them ranks behind every one
-    that met them (the pool is ordered by "finished_keys": the scores, INCOMPLETE added to
-    those).
+    across groups (`PhraseConstraints.allocate`). A hypothesis forced to end at its limit
+    without them ranks behind every one that met them (the pool is ordered by
+    "finished_keys": the scores, INCOMPLETE added to those).
+
+    The phrases are loop values, per sentence ("phrases", "phrase_lengths"), as the phrases'
+    state of each hypothesis is ("met", "progress"): a compact loop drops them with their
+    sentence (`per_sentence`).
 
     Args:
         constraints: (B, C, L) int32 phrase ids, 0-padded (see the module docstring).
@@ -197,17 +217,26 @@ class ConstraintBanks(Selection):
     """
 
     pool_key = "finished_keys"
+    per_sentence = ("met", "progress", "finished_keys", "phrases", "phrase_lengths")
 
     def __init__(self, constraints, beam_size):
         super().__init__(beam_size)
-        self.phrases = PhraseConstraints(constraints)
+        self.constraints = constraints
+
+    @staticmethod
+    def phrases_of(loop):
+        """The `PhraseConstraints` of the sentences a step computes."""
+        return PhraseConstraints(loop["phrases"], loop["phrase_lengths"])
 
     def start(self, loop):
-        met, progress = self.phrases.initial(self.beam_size)  # (B, K, C) each
-        return dict(loop, met=met, progress=progress, finished_keys=loop["finished_scores"])
+        phrases = PhraseConstraints.padded(self.constraints)
+        lengths = phrase_lengths(phrases)
+        met, progress = PhraseConstraints(phrases, lengths).initial(self.beam_size)
+        return dict(loop, met=met, progress=progress, finished_keys=loop["finished_scores"],
+                    phrases=phrases, phrase_lengths=lengths)
 
-    def adjust(self, loop, step, log_probs):
-        return self.phrases.block_eos(log_probs, loop["met"], step.at_limit)  # EOS once all are met
+    def adjust(self, loop, step, log_probs):  # EOS once all are met
+        return self.phrases_of(loop).block_eos(log_probs, loop["met"], step.at_limit)
 
     def expand(self, loop, step, log_probs):
         """The 2K best continuations by one top-k over all of them, then each beam's best and
@@ -215,7 +244,7 @@ class ConstraintBanks(Selection):
         k, vocab = self.beam_size, step.vocab
         scores = loop["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
         top_scores, top_ids = ops.top_k(ops.reshape(scores, (step.rows, k * vocab)), k=2 * k)
-        more = self.phrases.candidates(loop["met"], loop["progress"], scores)
+        more = self.phrases_of(loop).candidates(loop["met"], loop["progress"], scores)
         parents, tokens, scores = (ops.concatenate([a, b], axis=1) for a, b in
                                    zip((top_ids // vocab, top_ids % vocab, top_scores), more))
         return dict(scores=scores, parents=parents, tokens=tokens)
@@ -224,8 +253,8 @@ class ConstraintBanks(Selection):
         """Each candidate once (the same continuation may come twice), with its phrases' state
         ("met", "progress": (B, M, C)) after its token."""
         parents, tokens = candidates["parents"], candidates["tokens"]
-        met, progress = self.phrases.advance(gather_beams(loop["met"], parents),
-                                             gather_beams(loop["progress"], parents), tokens)
+        met, progress = self.phrases_of(loop).advance(
+            gather_beams(loop["met"], parents), gather_beams(loop["progress"], parents), tokens)
         real = ops.logical_and(candidates["real"], first_occurrences(parents, tokens))
         return dict(candidates, real=real, met=met, progress=progress)
 
@@ -241,13 +270,13 @@ class ConstraintBanks(Selection):
         return {"finished_scores": scores, "finished_keys": keys}, keep
 
     def keep_alive(self, loop, step, candidates, is_eos):
-        """By dynamic beam allocation across the banks (`PhraseConstraints.allocate`): the
+        """By dynamic beam allocation across the groups (`PhraseConstraints.allocate`): the
         alive beams are not sorted by score."""
         scores = candidates["scores"]
         growing = ops.logical_and(candidates["real"], ops.logical_not(is_eos))
         room = step.limits - step.index - 2  # tokens that still fit before EOS
-        banks = self.phrases.banks(candidates["met"], candidates["progress"])
-        keep = self.phrases.allocate(scores, banks, growing, room, self.beam_size)
+        keep = self.phrases_of(loop).allocate(scores, candidates["met"], candidates["progress"],
+                                              growing, room, self.beam_size)
         return ops.where(gather_beams(growing, keep), gather_beams(scores, keep), NEG_INF), keep
 
     def best_alive(self, alive_log_probs):
@@ -255,4 +284,5 @@ class ConstraintBanks(Selection):
 
     def advance(self, loop, step, new, candidates, keep):
         return dict(new, met=gather_beams(candidates["met"], keep),
-                    progress=gather_beams(candidates["progress"], keep))
+                    progress=gather_beams(candidates["progress"], keep),
+                    phrases=loop["phrases"], phrase_lengths=loop["phrase_lengths"])

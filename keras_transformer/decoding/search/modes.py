@@ -53,6 +53,10 @@ class Step(NamedTuple):
 class BeamMode:
     """A mode of beam search: the hooks the shared step calls on it, each a no-op here."""
 
+    # The names of this mode's loop values of one row per sentence (B, ...), which a compact
+    # loop (`compact.CompactLoop`) drops with their sentence.
+    per_sentence = ()
+
     def start(self, loop):
         """The loop's first values (a dict of tensors), with this mode's own added."""
         return loop
