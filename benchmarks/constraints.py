@@ -17,7 +17,8 @@ whole (one untimed warm-up batch first, so that both exclude the tracing of thei
 Coverage is counted on the detokenized output: a phrase is met when its text appears in the
 sentence's translation. sacreBLEU is against the raw references. An output stutters when one
 subword piece of the run's vocabulary comes 4 or more times in a row (`common.stutters`).
-Where the output without constraints already holds every phrase ("plain_met"), the
+Where the output without constraints already holds every phrase as whole words
+("plain_met"), the
 constrained search should return it, or one of a higher score: both searches run again on
 those sentences with n-best scores, and "plain_met_kept" counts the sentences whose
 constrained best is the same text or scores at least as high.
@@ -34,6 +35,8 @@ import json
 import os
 import pathlib
 import random
+import re
+import statistics
 import subprocess
 import sys
 import time
@@ -72,6 +75,11 @@ def draw_constraints(references, seed, most=3, longest=3):
     return drawn
 
 
+def holds_word(text, phrase):
+    """Whether `phrase` appears in `text` as whole words ("Stühle" is not in "Stühlen")."""
+    return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text) is not None
+
+
 def draw_nouns(references, outputs, seed, most=2):
     """Per German reference, 1..most of its nouns (capitalized words but the first, without
     punctuation, each once), those its `outputs` (the translations without constraints)
@@ -85,16 +93,23 @@ def draw_nouns(references, outputs, seed, most=2):
             if word[:1].isupper() and word not in nouns:
                 nouns.append(word)
         rng.shuffle(nouns)
-        nouns.sort(key=lambda noun: noun in output)  # stable: the missed ones first
+        nouns.sort(key=lambda noun: holds_word(output, noun))  # stable: missed ones first
         drawn.append(nouns[:rng.randint(1, most)])
     return drawn
 
 
+def timed(function):
+    """([seconds], what `function()` returned)."""
+    start = time.perf_counter()
+    result = function()
+    return [time.perf_counter() - start], result
+
+
 def plain_met_kept(engine, sources, plain, constraints):
-    """(sentences whose output without constraints holds every phrase, how many of them the
-    constrained search returns unchanged or with a score at least as high)."""
+    """(sentences whose output without constraints holds every phrase as whole words, how many
+    of them the constrained search returns unchanged or with a score at least as high)."""
     met = [i for i, (output, phrases) in enumerate(zip(plain, constraints))
-           if phrases and all(phrase in output for phrase in phrases)]
+           if phrases and all(holds_word(output, phrase) for phrase in phrases)]
     subset = [sources[i] for i in met]
     without = engine.translate(subset, nbest=True)
     given = engine.translate(subset, nbest=True, constraints=[constraints[i] for i in met])
@@ -102,11 +117,12 @@ def plain_met_kept(engine, sources, plain, constraints):
     return len(met), kept
 
 
-def coverage(outputs, constraints):
-    """Share of the phrases found in their sentence's output, and of the sentences with all."""
+def coverage(outputs, constraints, words=False):
+    """Share of the phrases found in their sentence's output (as whole words: `words`), and of
+    the sentences with all."""
     phrases = met = whole = 0
     for output, wanted in zip(outputs, constraints):
-        found = [phrase in output for phrase in wanted]
+        found = [holds_word(output, phrase) if words else phrase in output for phrase in wanted]
         phrases, met, whole = phrases + len(found), met + sum(found), whole + all(found)
     return met / max(phrases, 1), whole / max(len(outputs), 1)
 
@@ -162,6 +178,8 @@ def main(argv=None):
     parser.add_argument("--sentences", type=int, help="the first N sentences only")
     parser.add_argument("--seed", type=int, default=1, help="the constraints' draw (1)")
     parser.add_argument("--beam", type=int, help="beam size (default: the run's choice)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="time each search this many times, alternating (the median)")
     parser.add_argument("--saved-model", help="also count through this export's TF1 Session")
     parser.add_argument("--jax", action="store_true", help="also count under JAX")
     args = parser.parse_args(argv)
@@ -178,15 +196,16 @@ def main(argv=None):
     decoder = Decoder.resolve(run, {"beam_size": args.beam} if args.beam else {})
     engine = decoder.engine()
     engine.translate(sources[:8])  # the unconstrained search traced
-    start = time.perf_counter()
-    plain = engine.translate(sources)
-    plain_s = time.perf_counter() - start
+    plain_s, plain = timed(lambda: engine.translate(sources))
     constraints = (draw_nouns(references, plain, args.seed) if args.draw == "val-nouns"
                    else draw_constraints(references, args.seed))
     engine.translate(sources[:8], constraints=constraints[:8])  # the constrained one traced
-    start = time.perf_counter()
-    constrained = engine.translate(sources, constraints=constraints)
-    constrained_s = time.perf_counter() - start
+    constrained_s, constrained = timed(lambda: engine.translate(sources,
+                                                                constraints=constraints))
+    for _ in range(args.repeats - 1):  # alternating, so that both see the same load
+        plain_s += timed(lambda: engine.translate(sources))[0]
+        constrained_s += timed(lambda: engine.translate(sources, constraints=constraints))[0]
+    plain_s, constrained_s = (statistics.median(t) for t in (plain_s, constrained_s))
     phrases = sum(len(c) for c in constraints)
     record = {
         "benchmark": "constraints", "run_dir": str(args.run_dir), "split": split,
@@ -196,6 +215,9 @@ def main(argv=None):
         "precision": decoder.precision[0], "cpu": describe_cpu(),
         "coverage_without": round(coverage(plain, constraints)[0], 4),
         "coverage": round(coverage(constrained, constraints)[0], 4),
+        "coverage_words": round(coverage(constrained, constraints, words=True)[0], 4),
+        "coverage_words_without": round(coverage(plain, constraints, words=True)[0], 4),
+        "repeats": args.repeats,
         "sentences_all_met": round(coverage(constrained, constraints)[1], 4),
         "sacrebleu_without": round(sacrebleu.corpus_bleu(plain, [references]).score, 2),
         "sacrebleu_constrained": round(sacrebleu.corpus_bleu(constrained, [references]).score,
