@@ -259,7 +259,7 @@ class BeamStep:
         lowest_finished = ops.where(filled[:, 0], lowest_finished, NEG_INF)
         reach = step.limits if not self.stop_horizon else ops.minimum(
             step.limits, index + 1 + self.stop_horizon)
-        best_alive = modes.selection.best_alive(new["alive_log_probs"]) / length_penalty(
+        best_alive = modes.selection.best_alive(new, step) / length_penalty(
             reach, self.alpha)
         new["done"] = ops.logical_or(ops.logical_or(loop["done"], lowest_finished >= best_alive),
                                      index + 1 >= step.limits)

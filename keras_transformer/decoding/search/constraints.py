@@ -35,7 +35,7 @@ from keras import ops
 
 from keras_transformer.decoding.search.modes import Selection
 from keras_transformer.decoding.search.rules import NEG_INF
-from keras_transformer.decoding.search.top_k import gather_beams
+from keras_transformer.decoding.search.top_k import best_continuations, gather_beams
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 # Added to the score of a finished hypothesis that lacks phrases (forced to end at its length
@@ -107,14 +107,6 @@ class PhraseConstraints:
         met = ops.repeat(ops.expand_dims(ops.equal(self.lengths, 0), 1), beam_size, axis=1)
         return met, ops.zeros(ops.shape(met), "int32")
 
-    def block_eos(self, log_probs, met, at_limit):
-        """EOS only for hypotheses that met every phrase, or at their length limit (where
-        EOS is forced): (B, K, V) log-probabilities, (B, K, C) met, (B, 1, 1) at_limit."""
-        lacking = ops.logical_not(ops.all(met, axis=2))[:, :, None]  # (B, K, 1)
-        is_eos = ops.equal(ops.arange(ops.shape(log_probs)[-1]), EOS_ID)[None, None, :]
-        blocked = ops.logical_and(ops.logical_and(lacking, is_eos), ops.logical_not(at_limit))
-        return ops.where(blocked, NEG_INF, log_probs)
-
     def next_tokens(self, met, progress):
         """(B, K, C) int32: the token that advances each phrase of each hypothesis (the next
         of one in progress, the first of one not started), PAD for a met phrase."""
@@ -122,29 +114,39 @@ class PhraseConstraints:
         tokens = ops.sum(ops.where(position, self.phrases[:, None], 0), axis=3)
         return ops.where(met, PAD_ID, tokens)
 
-    def candidates(self, met, progress, scores):
-        """Per sentence, the continuations beyond the 2K best that each beam adds (Post and
-        Vilar's Algorithm 1): its best one other than EOS, EOS where the beam has met every
-        phrase of a sentence that has phrases (so that a hypothesis which met them can end
-        even when its EOS is not among the 2K best: otherwise it would have no continuation
-        left and die), and those that advance its phrases. Returns (parents, tokens, scores),
-        each (B, K * (2 + C)); `scores` (B, K, V) are the beams' continuation scores (a met
-        phrase's PAD token scores NEG_INF: never chosen). A sentence without phrases gets no
-        EOS here: its finished hypotheses are those of the search without constraints, and
-        the best other continuations cannot displace its 2K best."""
-        shape = ops.shape(scores)
+    def candidates(self, met, progress, alive, log_probs, eos, at_limit):
+        """Per sentence, the continuations beyond the 2K best other than EOS that each beam
+        adds (Post and Vilar's Algorithm 1): its best one other than EOS, those that advance
+        its phrases, and EOS where the beam has met every phrase or must end here (its
+        limit: EOS forced). EOS comes only from here, so that a hypothesis may end only once
+        it has met every phrase, and one that met them can always end (it keeps a
+        continuation).
+
+        Args:
+            met, progress: (B, K, C) the beams' phrases' state.
+            alive: (B, K) the beams' log P.
+            log_probs: (B, K, V) the step's, EOS at NEG_INF (a met phrase's PAD token scores
+                NEG_INF: never chosen).
+            eos: (B, K) the beams' EOS log-probabilities.
+            at_limit: (B, 1, 1) bool.
+
+        Returns:
+            (parents, tokens, scores), each (B, K * (2 + C)).
+        """
+        shape = ops.shape(log_probs)
         batch, beams, vocab = shape[0], shape[1], shape[2]
-        is_eos = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
-        _, best = ops.top_k(ops.where(is_eos, NEG_INF, scores), k=1)  # (B, K, 1)
-        constrained = ops.any(self.lengths > 0, axis=1)[:, None]  # (B, 1)
-        ends = ops.logical_and(constrained, ops.all(met, axis=2))[:, :, None]  # (B, K, 1)
-        eos = ops.where(ends, EOS_ID, PAD_ID)
-        tokens = ops.concatenate([best, eos, self.next_tokens(met, progress)], axis=2)
-        tokens = ops.reshape(tokens, (batch, -1))  # (B, K * (2 + C))
-        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 2)
+        best = ops.cast(ops.argmax(log_probs, axis=2), "int32")[:, :, None]  # (B, K, 1)
+        tokens = ops.reshape(ops.concatenate([best, self.next_tokens(met, progress)], axis=2),
+                             (batch, -1))  # (B, K * (1 + C))
+        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 1)
         parents = ops.zeros_like(tokens) + parents[None, :]
-        flat = ops.reshape(scores, (batch, -1))
-        return parents, tokens, ops.take_along_axis(flat, parents * vocab + tokens, axis=1)
+        scores = gather_beams(ops.reshape(log_probs, (batch, -1)), parents * vocab + tokens) \
+            + gather_beams(alive, parents)
+        ends = ops.logical_or(ops.all(met, axis=2), at_limit[:, :, 0])  # (B, K)
+        eos_parents = ops.zeros_like(ends, "int32") + ops.arange(beams, dtype="int32")[None]
+        return (ops.concatenate([parents, eos_parents], axis=1),
+                ops.concatenate([tokens, ops.where(ends, EOS_ID, PAD_ID)], axis=1),
+                ops.concatenate([scores, ops.where(ends, alive + eos, NEG_INF)], axis=1))
 
     def advance(self, met, progress, tokens):
         """The phrases' state after each candidate's token: (B, M, C) met and progress of
@@ -200,9 +202,9 @@ class PhraseConstraints:
 
 
 class ConstraintBanks(Selection):
-    """Beam search with constraints: a hypothesis may end only once it has met every phrase,
-    each step also considers each beam's best continuation and those that advance its phrases
-    (`PhraseConstraints.candidates`), and the alive beams are chosen by dynamic beam allocation
+    """Beam search with constraints: a hypothesis may end only once it has met every phrase
+    (or at its limit), each step also considers each beam's best continuation and those that
+    advance its phrases (`PhraseConstraints.candidates`), and the alive beams are chosen by dynamic beam allocation
     across groups (`PhraseConstraints.allocate`). A hypothesis forced to end at its limit
     without them ranks behind every one that met them (the pool is ordered by
     "finished_keys": the scores, INCOMPLETE added to those).
@@ -235,18 +237,20 @@ class ConstraintBanks(Selection):
         return dict(loop, met=met, progress=progress, finished_keys=loop["finished_scores"],
                     phrases=phrases, phrase_lengths=lengths)
 
-    def adjust(self, loop, step, log_probs):  # EOS once all are met
-        return self.phrases_of(loop).block_eos(log_probs, loop["met"], step.at_limit)
-
     def expand(self, loop, step, log_probs):
-        """The 2K best continuations by one top-k over all of them, then each beam's best and
-        those that advance its phrases: M = 2K + K (2 + C)."""
-        k, vocab = self.beam_size, step.vocab
-        scores = loop["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
-        top_scores, top_ids = ops.top_k(ops.reshape(scores, (step.rows, k * vocab)), k=2 * k)
-        more = self.phrases_of(loop).candidates(loop["met"], loop["progress"], scores)
-        parents, tokens, scores = (ops.concatenate([a, b], axis=1) for a, b in
-                                   zip((top_ids // vocab, top_ids % vocab, top_scores), more))
+        """The 2K best continuations other than EOS (the exact top-k in two stages,
+        `top_k.best_continuations`), then each beam's best other than EOS, those that advance
+        its phrases, and its EOS where it may end (`PhraseConstraints.candidates`):
+        M = 2K + K (2 + C)."""
+        is_eos = ops.equal(ops.arange(step.vocab), EOS_ID)[None, None, :]
+        eos = log_probs[:, :, EOS_ID]  # (B, K)
+        log_probs = ops.where(is_eos, NEG_INF, log_probs)
+        alive = loop["alive_log_probs"]
+        top_scores, top_ids = best_continuations(alive, log_probs, 2 * self.beam_size)
+        more = self.phrases_of(loop).candidates(loop["met"], loop["progress"], alive,
+                                                log_probs, eos, step.at_limit)
+        parents, tokens, scores = (ops.concatenate([a, b], axis=1) for a, b in zip(
+            (top_ids // step.vocab, top_ids % step.vocab, top_scores), more))
         return dict(scores=scores, parents=parents, tokens=tokens)
 
     def track(self, loop, step, candidates):
@@ -279,8 +283,18 @@ class ConstraintBanks(Selection):
                                               growing, room, self.beam_size)
         return ops.where(gather_beams(growing, keep), gather_beams(scores, keep), NEG_INF), keep
 
-    def best_alive(self, alive_log_probs):
-        return ops.max(alive_log_probs, axis=1)
+    def best_alive(self, new, step):
+        """The best alive beam; once the pool holds K hypotheses that met every phrase, the
+        best that can still fit its missing tokens before its limit: one that cannot may
+        only end at its limit without them, behind all of those, so that it does not keep
+        the sentence searching."""
+        phrases = self.phrases_of(new)
+        missing = ops.sum(phrases.lengths, axis=1)[:, None] - phrases.banks(new["met"],
+                                                                            new["progress"])
+        hopeless = missing > (step.limits - step.index - 2)[:, None]
+        full = ops.all(new["finished_keys"] > INCOMPLETE / 2, axis=1)[:, None]
+        alive = new["alive_log_probs"]
+        return ops.max(ops.where(ops.logical_and(full, hopeless), NEG_INF, alive), axis=1)
 
     def advance(self, loop, step, new, candidates, keep):
         return dict(new, met=gather_beams(candidates["met"], keep),
