@@ -28,7 +28,9 @@ output of the exact rule (1 gives 1,013), in about 0.77x the time (docs/performa
 With constraints (phrases every output must contain; `constraints`, after Post and Vilar,
 2018), each step also considers each beam's best continuation and those that advance its
 phrases, a hypothesis may end only once it has met them all, and the alive beams are chosen by
-dynamic beam allocation across banks (constraint tokens met) rather than by score alone.
+dynamic beam allocation across groups (phrases met) rather than by score alone.
+`translate_beam` runs the plain search first and that one only where the plain output lacks
+a phrase, within the plain output's length and the phrases' (`search.plain_first`).
 
 The step is one body for every mode (`BeamStep`); what a mode does differently (a prefix's
 forced tokens, the constraints' tracking and allocation, the compact loop) is a small object
@@ -291,11 +293,14 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
             searches).
         cached, extra_length, max_output_length, min_length: as for `search.pick_search`.
         constraints: (B, C, L) int32 phrases every output of sentence b must contain
-            (0-padded; a row of zeros is no phrase; see `beam_search`); each sentence's
-            output limit grows by its phrases' length. Needs a beam of 2 or more.
+            (0-padded; a row of zeros is no phrase; see `beam_search`). The plain search
+            runs first; a sentence whose plain best holds every phrase keeps the plain
+            hypotheses that do, the others are searched with constraints, their output
+            limit the plain best's length + their phrases' (`search.plain_first`). Needs a
+            beam of 2 or more.
         compact: drop each sentence from the loop once it is done (`beam_search`); default:
-            where it can, a cached search without prefix or constraints where shapes may
-            follow values (TensorFlow's graphs without XLA).
+            where it can, a cached search without prefix where shapes may follow values
+            (TensorFlow's graphs without XLA).
         stop_horizon: when a sentence stops searching (`beam_search`; 0: exact).
         no_repeat_ngram_size, repetition_penalty: the repetition controls (`beam_search`;
             off by default).

@@ -20,12 +20,15 @@ unmet phrase
     is abandoned (0)         otherwise (Post and Vilar's rule: no backtracking),
 
 and is met once its progress reaches its length. A hypothesis's bank is the number of
-constraint tokens it has met: the lengths of its met phrases plus its longest progress.
+constraint tokens it has met: the lengths of its met phrases plus its longest progress (what
+it still misses: whether it can fit them before its limit). The beam is shared among groups
+of fewer banks: the number of phrases a hypothesis has met or is matching (`allocate`).
 
 A repeated phrase is met by one occurrence (the phrases are tracked independently).
 
 `ConstraintBanks` is beam search's mode for them (`search.modes`): it tracks the phrases of each
-hypothesis and chooses the beams by banks.
+hypothesis and chooses the beams by groups. `beam_search.translate_beam` runs it after the
+plain search, only where the plain output lacks a phrase (`search.plain_first`).
 
 Everything is written in `keras.ops` with fixed shapes, as the search body is (tf.function,
 XLA, JAX).
@@ -70,13 +73,16 @@ def candidate_ranks(scores, groups, valid):
     return ops.sum(ops.cast(counted, "int32"), axis=2)
 
 
-def first_occurrences(parents, tokens):
-    """(B, M) bool: no earlier candidate has the same (parent, token)."""
+def first_occurrences(parents, tokens, valid):
+    """(B, M) bool: no earlier valid candidate has the same (parent, token). (B, M) parents,
+    tokens; (B, M) bool valid (a masked candidate, e.g. an EOS of NEG_INF among the 2K best
+    at a limit, does not hide the valid one after it)."""
     m = ops.shape(tokens)[1]
     index = ops.arange(m)
     same = ops.logical_and(ops.equal(parents[:, :, None], parents[:, None, :]),
                            ops.equal(tokens[:, :, None], tokens[:, None, :]))
-    earlier = (index[None, :] < index[:, None])[None]  # j < i
+    earlier = ops.logical_and((index[None, :] < index[:, None])[None],
+                              valid[:, None, :])  # j < i, j valid
     return ops.logical_not(ops.any(ops.logical_and(same, earlier), axis=2))
 
 
@@ -204,10 +210,10 @@ class PhraseConstraints:
 class ConstraintBanks(Selection):
     """Beam search with constraints: a hypothesis may end only once it has met every phrase
     (or at its limit), each step also considers each beam's best continuation and those that
-    advance its phrases (`PhraseConstraints.candidates`), and the alive beams are chosen by dynamic beam allocation
-    across groups (`PhraseConstraints.allocate`). A hypothesis forced to end at its limit
-    without them ranks behind every one that met them (the pool is ordered by
-    "finished_keys": the scores, INCOMPLETE added to those).
+    advance its phrases (`PhraseConstraints.candidates`), and the alive beams are chosen by
+    dynamic beam allocation across groups (`PhraseConstraints.allocate`). A hypothesis forced
+    to end at its limit without them ranks behind every one that met them (the pool is
+    ordered by "finished_keys": the scores, INCOMPLETE added to those).
 
     The phrases are loop values, per sentence ("phrases", "phrase_lengths"), as the phrases'
     state of each hypothesis is ("met", "progress"): a compact loop drops them with their
@@ -259,7 +265,8 @@ class ConstraintBanks(Selection):
         parents, tokens = candidates["parents"], candidates["tokens"]
         met, progress = self.phrases_of(loop).advance(
             gather_beams(loop["met"], parents), gather_beams(loop["progress"], parents), tokens)
-        real = ops.logical_and(candidates["real"], first_occurrences(parents, tokens))
+        real = ops.logical_and(candidates["real"],
+                               first_occurrences(parents, tokens, candidates["real"]))
         return dict(candidates, real=real, met=met, progress=progress)
 
     def finish(self, loop, step, candidates, new_scores):

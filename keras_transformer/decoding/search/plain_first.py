@@ -18,9 +18,10 @@ one search body:
      (+ `SLACK`; never above its own limit).
 
 A sentence whose plain best already holds every phrase (contiguous ids, anywhere: `holds`)
-keeps the plain search's hypotheses that hold them all (its n-best may then be shorter than
-the beam; the others are emptied, score NEG_INF); the other sentences get the constrained
-search's. Everything in `keras.ops` with fixed ranks (tf.function, XLA, JAX).
+keeps the plain search's hypotheses that hold them all; the other sentences get the
+constrained search's that hold them (or its best alone, where none does: one forced to end at
+its limit without them). The others are emptied (score NEG_INF): an n-best list may be
+shorter than the beam. Everything in `keras.ops` with fixed ranks (tf.function, XLA, JAX).
 """
 
 from keras import ops
@@ -77,17 +78,20 @@ def _fit(ids, width):
 
 def merged(plain, constrained, kept):
     """The result: `plain`'s hypotheses that hold every phrase for the sentences `kept` ((B,)
-    bool, whose plain best holds them), `constrained`'s for the others. Each a `beam_search`
-    dict; plain "holding": (B, H) bool, added by `plain_first`."""
+    bool, whose plain best holds them), `constrained`'s for the others, those that hold them
+    (a hypothesis forced to end at its limit without them ranks last: it is left out unless
+    it is the best, so that there is always an output). Each a `beam_search` dict with
+    "holding" ((B, H) bool), added by `plain_first`."""
     width = _widest(ops.shape(plain["ids"])[2], ops.shape(constrained["ids"])[2])
-    keep = kept[:, None]
-    holding = plain["holding"]
-    ids = ops.where(keep[:, :, None],
-                    ops.where(holding[:, :, None], _fit(plain["ids"], width), 0),
+    best = ops.equal(ops.arange(ops.shape(plain["holding"])[1]), 0)[None, :]  # (1, H)
+    holding = ops.where(kept[:, None], plain["holding"],
+                        ops.logical_or(constrained["holding"], best))
+    ids = ops.where(kept[:, None, None], _fit(plain["ids"], width),
                     _fit(constrained["ids"], width))
-    result = {"ids": ids}
+    result = {"ids": ops.where(holding[:, :, None], ids, 0)}
     for key in ("scores", "log_probs"):
-        result[key] = ops.where(keep, ops.where(holding, plain[key], NEG_INF), constrained[key])
+        result[key] = ops.where(holding, ops.where(kept[:, None], plain[key], constrained[key]),
+                                NEG_INF)
     return result
 
 
@@ -101,4 +105,5 @@ def plain_first(search, constraints):
     kept = plain["holding"][:, 0]
     constrained = search(constraints, done=kept,
                          limits=lambda own: tighter_limits(own, plain["ids"], constraints))
+    constrained["holding"] = holds(constrained["ids"], constraints)
     return merged(plain, constrained, kept)
