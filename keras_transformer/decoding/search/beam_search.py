@@ -55,7 +55,8 @@ from keras_transformer.decoding.search.repetition import (
     NGRAM_OFF, PENALTY_OFF, RepetitionControl, repetition)
 from keras_transformer.decoding.search.rules import (
     NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
-from keras_transformer.decoding.search.step import EXTRA_LENGTH, encode, prefixed_step
+from keras_transformer.decoding.search.step import (
+    EXTRA_LENGTH, encode, output_limits, prefixed_step)
 from keras_transformer.decoding.search.top_k import gather_beams
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
@@ -338,7 +339,7 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
             return run(prefix, None)
         # The plain search first; the constrained one where its best lacks a phrase.
         return plain_first(lambda phrases, **given: run(prefix, phrases, **given),
-                           constraints)
+                           constraints, output_limits(source_ids, 0))
 
     result = with_optional_prefix(search, prefix) if branches else search(prefix)
     if num_hypotheses is not None:

@@ -34,6 +34,9 @@ from pipelines.special_ids import PAD_ID
 # Multi30k val, the demo run: 0 gave the best sacreBLEU of -2, 0, 1, 2, 3 and 6; the more
 # room, the more a badly placed phrase is followed by more words: docs/decoding.md).
 SLACK = 0
+# A plain output longer than this many times its source stutters (on Multi30k a German output
+# holds about 1.2 times the English source's tokens): the constrained one need not follow it.
+LENGTH_RATIO = 2
 
 
 def holds(ids, constraints):
@@ -58,11 +61,14 @@ def output_lengths(ids):
     return ops.sum(ops.cast(ops.not_equal(ids, PAD_ID), "int32"), axis=2)
 
 
-def tighter_limits(limits, plain_ids, constraints):
-    """The constrained search's limits: at most the plain best's length (EOS included), its
-    phrases' tokens and `SLACK`. limits: (B,) the constrained search's own."""
-    bound = (output_lengths(plain_ids[:, :1])[:, 0]
-             + ops.sum(phrase_lengths(ops.cast(constraints, "int32")), axis=1) + SLACK)
+def tighter_limits(limits, plain_ids, constraints, source_lengths):
+    """The constrained search's limits: at most the plain best's length (EOS included), or
+    `LENGTH_RATIO` times the source's (`source_lengths`, (B,), EOS included) where that is
+    shorter (a plain output that stutters on), plus the phrases' tokens and `SLACK`. limits:
+    (B,) the constrained search's own."""
+    plain = ops.minimum(output_lengths(plain_ids[:, :1])[:, 0],
+                        LENGTH_RATIO * ops.cast(source_lengths, "int32"))
+    bound = plain + ops.sum(phrase_lengths(ops.cast(constraints, "int32")), axis=1) + SLACK
     return ops.minimum(limits, bound)
 
 
@@ -95,15 +101,17 @@ def merged(plain, constrained, kept):
     return result
 
 
-def plain_first(search, constraints):
+def plain_first(search, constraints, source_lengths):
     """A beam search with constraints in two passes (the module docstring). `search(phrases,
     done=None, limits=None)` runs the one beam search body without (`phrases` None) or with
     constraints, the sentences `done` ((B,) bool) left out, `limits` a function of the
-    search's own (B,) limits that gives those it uses; it returns the `beam_search` dict."""
+    search's own (B,) limits that gives those it uses; it returns the `beam_search` dict.
+    source_lengths: (B,) the sources' tokens (EOS included)."""
     plain = search(None)
     plain["holding"] = holds(plain["ids"], constraints)
     kept = plain["holding"][:, 0]
     constrained = search(constraints, done=kept,
-                         limits=lambda own: tighter_limits(own, plain["ids"], constraints))
+                         limits=lambda own: tighter_limits(own, plain["ids"], constraints,
+                                                           source_lengths))
     constrained["holding"] = holds(constrained["ids"], constraints)
     return merged(plain, constrained, kept)
