@@ -13,7 +13,8 @@ those the translation without constraints misses first.
 
 The run's saved choice decodes (its weights, beam and alpha; --beam overrides the beam),
 in-process through the decoder, once without and once with the constraints, each timed as a
-whole (one untimed warm-up batch first, so that both exclude the tracing of their search).
+whole (one untimed warm-up batch first, so that both exclude the tracing of their search;
+--repeats N: N alternating runs of each, the medians).
 Coverage is counted on the detokenized output: a phrase is met when its text appears in the
 sentence's translation. sacreBLEU is against the raw references. An output stutters when one
 subword piece of the run's vocabulary comes 4 or more times in a row (`common.stutters`).
