@@ -101,3 +101,28 @@ def csv_choice(choices):
 def csv_ints(text):
     """An argparse `type`: comma-separated integers ("32,1")."""
     return [int(v) for v in text.split(",")]
+
+
+# An output "stutters" when one subword piece comes this many times in a row ("Gestestestest").
+STUTTER_RUN = 4
+
+
+def stutters(pieces, run=STUTTER_RUN):
+    """Whether the sequence `pieces` (an output's sentencepiece pieces, or ids) holds one piece
+    `run` or more times consecutively."""
+    count, previous = 0, object()
+    for piece in pieces:
+        count = count + 1 if piece == previous else 1
+        if count >= run:
+            return True
+        previous = piece
+    return False
+
+
+def count_stutters(texts, spm_model, run=STUTTER_RUN):
+    """How many of `texts` stutter once split into pieces by the sentencepiece model file
+    `spm_model` (a run's vocab/spm.model)."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+    return sum(stutters(processor.encode(text, out_type=str), run) for text in texts)

@@ -56,9 +56,15 @@ def contains(hypothesis, phrase):
                for i in range(len(hypothesis) - len(phrase) + 1))
 
 
-def assert_phrases_in_every_hypothesis(ids, constraints):
+def assert_phrases_in_every_hypothesis(ids, constraints, scores=None):
+    """Every hypothesis of each row holds its phrases; with `scores`, those of the places the
+    pool filled (the others are empty, NEG_INF: a constrained output's limit, the plain
+    output's length and its phrases', may leave room for fewer than the beam), the best
+    always."""
     for row, phrases in enumerate(constraints):
         for k in range(ids.shape[1]):
+            if scores is not None and k and scores[row, k] < -1e8:
+                continue
             hypothesis = tokens(ids[row, k])
             for phrase in phrases:
                 assert contains(hypothesis, phrase), (row, k, hypothesis, phrase)
@@ -68,8 +74,8 @@ def test_every_phrase_appears_in_every_hypothesis_of_its_sentence(model, constra
     result = constrained(sources(), CONSTRAINTS)
     ids = np.asarray(result["ids"])
     assert ids.shape[:2] == (3, 4)
-    assert_phrases_in_every_hypothesis(ids, CONSTRAINTS)
     scores = np.asarray(result["scores"])
+    assert_phrases_in_every_hypothesis(ids, CONSTRAINTS, scores)
     assert np.all(scores[:, :-1] >= scores[:, 1:])  # best first
     # Without constraints the untrained model chooses none of the phrases.
     plain = np.asarray(compiled_beam_search(model, 4, extra_length=EXTRA)(sources())["ids"])
@@ -90,6 +96,27 @@ def test_an_unconstrained_sentence_in_a_constrained_batch_is_searched_as_without
         np.testing.assert_array_equal(np.asarray(found[key])[2], np.asarray(plain[key])[2])
 
 
+def test_a_plain_output_that_holds_the_phrases_is_returned_as_it_is(model, constrained):
+    """Where the search without constraints already finds an output with every phrase, the
+    constrained search returns it, with its score (issue 70: it used to return another, of a
+    lower score, the banks having split the beam)."""
+    src = sources(4)
+    plain = compiled_beam_search(model, 4, extra_length=EXTRA)(src)
+    best = [tokens(h) for h in np.asarray(plain["ids"])[:, 0]]
+    assert all(len(hypothesis) >= 3 for hypothesis in best)
+    phrases = np.zeros((4, 2, 2), np.int32)
+    for row, hypothesis in enumerate(best[:3]):  # a token and a pair of the plain output
+        phrases[row, 0, 0], phrases[row, 1] = hypothesis[-1], hypothesis[:2]
+    phrases[3, 0] = [5, 6] if not contains(best[3], [5, 6]) else [6, 5]  # one it lacks
+    found = constrained(src, phrases)
+    ids, scores = np.asarray(found["ids"]), np.asarray(found["scores"])
+    for row in range(3):
+        assert tokens(ids[row, 0]) == best[row]
+        np.testing.assert_allclose(scores[row, 0], np.asarray(plain["scores"])[row, 0],
+                                   rtol=1e-6)
+    assert contains(tokens(ids[3, 0]), phrases[3, 0])
+
+
 def test_the_output_limit_leaves_room_for_the_phrases(constrained):
     ids = np.asarray(constrained(sources(), CONSTRAINTS)["ids"])
     # Sentence 0: 7 source tokens + 12 + its 3 phrase tokens, EOS included.
@@ -100,11 +127,13 @@ def test_prefix_and_constraints_together(model):
     search = compiled_beam_search(model, 4, extra_length=EXTRA, with_constraints=True,
                                   with_prefix=True)
     prefix = np.array([[5, 6, 0], [9, 0, 0], [0, 0, 0]], np.int32)
-    ids = np.asarray(search(sources(), CONSTRAINTS, prefix)["ids"])
-    assert_phrases_in_every_hypothesis(ids, CONSTRAINTS)
+    result = search(sources(), CONSTRAINTS, prefix)
+    ids, scores = np.asarray(result["ids"]), np.asarray(result["scores"])
+    assert_phrases_in_every_hypothesis(ids, CONSTRAINTS, scores)
     for row in range(3):
         wanted = [int(t) for t in prefix[row] if t]
-        assert all(tokens(h)[: len(wanted)] == wanted for h in ids[row])
+        assert all(tokens(h)[: len(wanted)] == wanted
+                   for h, score in zip(ids[row], scores[row]) if score > -1e8)
 
 
 def test_n_best_keeps_num_hypotheses_each_with_every_phrase(model):
@@ -115,7 +144,8 @@ def test_n_best_keeps_num_hypotheses_each_with_every_phrase(model):
 
     result = search(sources(), CONSTRAINTS)
     assert result["ids"].shape[:2] == (3, 2) and result["scores"].shape == (3, 2)
-    assert_phrases_in_every_hypothesis(result["ids"].numpy(), CONSTRAINTS)
+    assert_phrases_in_every_hypothesis(result["ids"].numpy(), CONSTRAINTS,
+                                       result["scores"].numpy())
 
 
 def test_a_beam_of_1_is_refused(model):
@@ -166,7 +196,7 @@ def test_translate_puts_every_phrase_in_every_translation(translator):
     # The sentence without phrases, batched with the others, translates as without any.
     assert found[1] == translator.translate(SENTENCES)[1]
     nbest = translator.translate(SENTENCES[:1], nbest=True, constraints=PHRASES[:1])[0]
-    assert len(nbest) == 4 and all("red cat" in t and "park" in t for t, _ in nbest)
+    assert 1 <= len(nbest) <= 4 and all("red cat" in t and "park" in t for t, _ in nbest)
 
 
 def test_translate_with_alignments_and_prefixes(translator):

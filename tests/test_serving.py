@@ -273,12 +273,18 @@ def test_constraints_are_served_as_the_translator_meets_them(served, translator)
     assert features[8]["translations"] == expected
     for text, wanted in zip(features[8]["translations"], phrases):
         assert all(phrase in text for phrase in wanted), (text, wanted)
-    for hypotheses, wanted in zip(features[9]["translations"], phrases):
-        assert all(phrase in text for text in hypotheses for phrase in wanted)
+    # Every hypothesis found holds them (a place the pool did not fill: empty, NEG_INF).
+    for hypotheses, scores, wanted in zip(features[9]["translations"], features[9]["scores"],
+                                          phrases):
+        assert scores[0] > -1e8
+        assert all(phrase in text for text, score in zip(hypotheses, scores) if score > -1e8
+                   for phrase in wanted)
     # A request without constraints after the constrained ones is answered as before.
     assert features[0]["translations"] == translator.translate(SENTENCES)
     assert hostile[-3]["translations"] == translator.translate(SENTENCES[:2])
-    assert all("DOG" in text for text in hostile[-1]["translations"][0])
+    found = [(text, score) for text, score in zip(hostile[-1]["translations"][0],
+                                                  hostile[-1]["scores"][0]) if score > -1e8]
+    assert found and all("DOG" in text for text, _ in found)
 
 
 @pytest.mark.slow
@@ -293,10 +299,11 @@ def test_the_export_holds_each_search_loop_once(toy_saved_model):
         (toy_saved_model / "saved_model.pb").read_bytes())
     loops = [node.op for function in proto.meta_graphs[0].graph_def.library.function
              for node in function.node_def if node.op in ("While", "StatelessWhile")]
-    # The unconstrained beam search with and without prefix masking, the constrained one,
-    # sampling and translate_ids_xla's; and inside each of the three beam searches that take
-    # the request's no_repeat_ngram_size, the n-gram rule's loop of n - 1 comparisons.
-    assert len(loops) == 5 + 3, loops
+    # The unconstrained beam search with and without prefix masking, the constrained one
+    # (two: the plain search it runs first, search.plain_first), sampling and
+    # translate_ids_xla's; and inside each of the four beam searches that take the request's
+    # no_repeat_ngram_size, the n-gram rule's loop of n - 1 comparisons.
+    assert len(loops) == 6 + 4, loops
 
 
 @pytest.mark.slow

@@ -28,7 +28,9 @@ output of the exact rule (1 gives 1,013), in about 0.77x the time (docs/performa
 With constraints (phrases every output must contain; `constraints`, after Post and Vilar,
 2018), each step also considers each beam's best continuation and those that advance its
 phrases, a hypothesis may end only once it has met them all, and the alive beams are chosen by
-dynamic beam allocation across banks (constraint tokens met) rather than by score alone.
+dynamic beam allocation across groups (phrases met) rather than by score alone.
+`translate_beam` runs the plain search first and that one only where the plain output lacks
+a phrase, within the plain output's length and the phrases' (`search.plain_first`).
 
 The step is one body for every mode (`BeamStep`); what a mode does differently (a prefix's
 forced tokens, the constraints' tracking and allocation, the compact loop) is a small object
@@ -44,15 +46,17 @@ import numpy as np
 from keras import ops
 
 from keras_transformer.decoding.search.compact import CompactLoop, by_default
-from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.compiling import compile_search, dynamic_shapes
 from keras_transformer.decoding.search.constraints import ConstraintBanks
 from keras_transformer.decoding.search.modes import LoopShape, Modes, Selection, Step
+from keras_transformer.decoding.search.plain_first import plain_first
 from keras_transformer.decoding.search.prefix import PrefixForcing
 from keras_transformer.decoding.search.repetition import (
     NGRAM_OFF, PENALTY_OFF, RepetitionControl, repetition)
 from keras_transformer.decoding.search.rules import (
     NEG_INF, finish, prefix_forcing, special_tokens_banned, with_optional_prefix)
-from keras_transformer.decoding.search.step import EXTRA_LENGTH, encode, prefixed_step
+from keras_transformer.decoding.search.step import (
+    EXTRA_LENGTH, encode, output_limits, prefixed_step)
 from keras_transformer.decoding.search.top_k import gather_beams
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.errors import InputError
@@ -67,7 +71,7 @@ def length_penalty(length, alpha):
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                 max_length=None, min_length=None, prefix=None, constraints=None, compact=False,
                 stop_horizon=DEFAULTS["stop_horizon"], no_repeat_ngram_size=NGRAM_OFF,
-                repetition_penalty=PENALTY_OFF):
+                repetition_penalty=PENALTY_OFF, done=None):
     """Batched beam search over a step function.
 
     Args:
@@ -94,7 +98,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             (`constraints.constraint_limits`). None: the search without constraints.
         compact: drop each sentence from the loop once it is done, so that a step computes
             only the sentences still searching (where shapes may follow values: TensorFlow's
-            graphs; no prefix, no constraints). `state` is then a pair (rows, sentences):
+            graphs; no prefix). `state` is then a pair (rows, sentences):
             `rows` as above, `sentences` a nest of (B, ...) tensors the step reads once per
             sentence (the cross-attention's keys and values), which the loop shrinks with
             the sentences. A done sentence's finished pool is written to the output as it
@@ -110,6 +114,8 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             hypothesis has generated, before the softmax (`search.repetition`); 1: off.
             Both Python numbers or scalar tensors (a signature's inputs: then a cond per
             step and rule); at their Python defaults nothing is built for them.
+        done: None, or (B,) bool: sentences not to search (their pool stays empty; a compact
+            loop leaves them out from the start).
 
     Returns:
         dict with
@@ -124,8 +130,9 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
     steps = ops.max(limits, initial=1) if max_length is None else max_length
     modes = beam_modes(batch, limits, k, prefix=prefix, constraints=constraints,
                        compact=compact,
-                       controls=repetition(no_repeat_ngram_size, repetition_penalty))
-    loop = _first_loop(batch, k, steps, state)
+                       controls=repetition(no_repeat_ngram_size, repetition_penalty),
+                       started=done is not None)
+    loop = _first_loop(batch, k, steps, state, done)
     for mode in modes.all:
         loop = mode.start(loop)
     step = BeamStep(step_fn, modes, k, alpha, steps, min_length, stop_horizon)
@@ -139,24 +146,28 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
 
 
 def beam_modes(batch, limits, beam_size, prefix=None, constraints=None, compact=False,
-               controls=None):
+               controls=None, started=False):
     """The modes a beam search composes (`search.modes`): a new mode is one line here.
-    `controls`: a `repetition.Repetition`, or None (off)."""
-    if compact and (prefix is not None or constraints is not None):
-        raise ValueError("a compact beam search takes no prefix and no constraints.")
+    `controls`: a `repetition.Repetition`, or None (off); `started`: some sentences may be
+    done before the first step."""
+    if compact and prefix is not None:
+        raise ValueError("a compact beam search takes no prefix and no constraints given with "
+                         "one (a prefix's tokens are not loop values the loop drops).")
     others = () if prefix is None else (PrefixForcing(prefix),)
     selection = Selection(beam_size) if constraints is None else ConstraintBanks(constraints,
                                                                                  beam_size)
     if controls is not None:
         others += (RepetitionControl(controls, prefix_forcing(prefix),
-                                     getattr(selection, "phrases", None)),)
-    shape = CompactLoop(batch, limits, beam_size) if compact else LoopShape(batch, limits)
+                                     getattr(selection, "phrases_of", None)),)
+    per_sentence = sum((mode.per_sentence for mode in others + (selection,)), ())
+    shape = (CompactLoop(batch, limits, beam_size, per_sentence, started) if compact
+             else LoopShape(batch, limits))
     return Modes(selection, shape, others)
 
 
-def _first_loop(batch, k, steps, state):
+def _first_loop(batch, k, steps, state, done=None):
     """The loop's first values, before the modes add theirs: every sentence's pool empty and
-    one alive hypothesis (BOS) per sentence."""
+    one alive hypothesis (BOS) per sentence; `done`: (B,) bool, or None (none done)."""
     zeros_seq = ops.zeros((batch, k, steps), "int32")
     return dict(
         index=ops.convert_to_tensor(0, "int32"),
@@ -169,7 +180,7 @@ def _first_loop(batch, k, steps, state):
         finished_seq=zeros_seq,
         finished_scores=ops.full((batch, k), NEG_INF, "float32"),
         finished_log_probs=ops.full((batch, k), NEG_INF, "float32"),
-        done=ops.zeros((batch,), "bool"),
+        done=ops.zeros((batch,), "bool") if done is None else ops.cast(done, "bool"),
     )
 
 
@@ -251,7 +262,7 @@ class BeamStep:
         lowest_finished = ops.where(filled[:, 0], lowest_finished, NEG_INF)
         reach = step.limits if not self.stop_horizon else ops.minimum(
             step.limits, index + 1 + self.stop_horizon)
-        best_alive = modes.selection.best_alive(new["alive_log_probs"]) / length_penalty(
+        best_alive = modes.selection.best_alive(new, step) / length_penalty(
             reach, self.alpha)
         new["done"] = ops.logical_or(ops.logical_or(loop["done"], lowest_finished >= best_alive),
                                      index + 1 >= step.limits)
@@ -283,11 +294,14 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
             searches).
         cached, extra_length, max_output_length, min_length: as for `search.pick_search`.
         constraints: (B, C, L) int32 phrases every output of sentence b must contain
-            (0-padded; a row of zeros is no phrase; see `beam_search`); each sentence's
-            output limit grows by its phrases' length. Needs a beam of 2 or more.
+            (0-padded; a row of zeros is no phrase; see `beam_search`). The plain search
+            runs first; a sentence whose plain best holds every phrase keeps the plain
+            hypotheses that do, the others are searched with constraints, their output
+            limit the plain best's length + their phrases' (`search.plain_first`). Needs a
+            beam of 2 or more.
         compact: drop each sentence from the loop once it is done (`beam_search`); default:
-            where it can, a cached search without prefix or constraints where shapes may
-            follow values (TensorFlow's graphs without XLA).
+            where it can, a cached search without prefix where shapes may follow values
+            (TensorFlow's graphs without XLA).
         stop_horizon: when a sentence stops searching (`beam_search`; 0: exact).
         no_repeat_ngram_size, repetition_penalty: the repetition controls (`beam_search`;
             off by default).
@@ -300,21 +314,32 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
         raise InputError("constraints need beam search: use a beam of 2 or more.")
 
     branches = optional_prefix and prefix is not None and not static
-    # The encoder runs once, before the prefix branch (not once in each of its branches).
-    encoded = encode(model, source_ids) if branches else None
+    # The encoder runs once, before the prefix branch and the passes of a constrained search
+    # (not once in each).
+    encoded = encode(model, source_ids) if branches or constraints is not None else None
 
-    def search(prefix):
-        drop_done = by_default(static, cached, prefix, constraints) if compact is None \
-            else compact
-        step_fn, state, limits, max_length = prefixed_step(
+    def run(prefix, phrases, done=None, limits=None):
+        drop_done = by_default(static, cached, prefix) if compact is None else compact
+        step_fn, state, own_limits, max_length = prefixed_step(
             model, source_ids, beam_size, static, prefix, cached=cached,
             extra_length=extra_length, max_output_length=max_output_length,
-            constraints=constraints, compact=drop_done, encoded=encoded)
-        return beam_search(step_fn, state, limits, beam_size, alpha, max_length, min_length,
-                           prefix=prefix, constraints=constraints, compact=drop_done,
+            constraints=phrases, compact=drop_done, encoded=encoded)
+        if limits is not None:
+            own_limits = limits(own_limits)
+            if dynamic_shapes() and not static and max_output_length is None:
+                max_length = ops.max(own_limits, initial=1)  # the buffers: no longer
+        return beam_search(step_fn, state, own_limits, beam_size, alpha, max_length,
+                           min_length, prefix=prefix, constraints=phrases, compact=drop_done,
                            stop_horizon=stop_horizon,
                            no_repeat_ngram_size=no_repeat_ngram_size,
-                           repetition_penalty=repetition_penalty)
+                           repetition_penalty=repetition_penalty, done=done)
+
+    def search(prefix):
+        if constraints is None:
+            return run(prefix, None)
+        # The plain search first; the constrained one where its best lacks a phrase.
+        return plain_first(lambda phrases, **given: run(prefix, phrases, **given),
+                           constraints, output_limits(source_ids, 0))
 
     result = with_optional_prefix(search, prefix) if branches else search(prefix)
     if num_hypotheses is not None:

@@ -27,15 +27,18 @@ def by_default(static, cached, *unsupported):
             and all(option is None for option in unsupported))
 
 
-def compact_start(per_sentence, state, rows_per_sentence):
+def compact_start(per_sentence, state, rows_per_sentence, done=None):
     """The loop's first values: `per_sentence` (a nest of (B, ...) tensors) and `state` (rows
     (B x R, ...), sentences (B, ...)) as they are where the batch size has no static value (a
     graph traced for any batch), else taken through a gather of no static size (a graph traced
-    for one batch size, or eager: a loop variable of static size may not change size)."""
+    for one batch size, or eager: a loop variable of static size may not change size).
+    `done`: None, or (B,) bool, the sentences done before the loop starts: they are left out
+    (a gather, always)."""
     first = tree.flatten(per_sentence)[0]
-    if not isinstance(ops.shape(first)[0], int):
+    if done is None and not isinstance(ops.shape(first)[0], int):
         return per_sentence, state
-    live = ops.nonzero(ops.greater_equal(ops.arange(ops.shape(first)[0]), 0))[0]
+    live = ops.nonzero(ops.logical_not(done) if done is not None else ops.greater_equal(
+        ops.arange(ops.shape(first)[0]), 0))[0]
     rows = ops.reshape(live[:, None] * rows_per_sentence
                        + ops.arange(rows_per_sentence)[None, :], (-1,))
     row_state, sentences = state
@@ -80,11 +83,16 @@ class CompactLoop(LoopShape):
         batch: B.
         limits: (B,) int32 output limits.
         beam_size: K.
+        per_sentence: the names of the other modes' loop values of one row per sentence
+            (`BeamMode.per_sentence`), dropped with their sentence.
+        started: whether some sentences may be done before the first step (the loop's
+            "done" given to `beam_search`): they are left out from the start.
     """
 
-    def __init__(self, batch, limits, beam_size):
+    def __init__(self, batch, limits, beam_size, per_sentence=(), started=False):
         super().__init__(batch, limits)
-        self.beam_size = beam_size
+        self.beam_size, self.started = beam_size, started
+        self.shrunk = _PER_SENTENCE + tuple(per_sentence)
 
     def start(self, loop):
         """The sentences' numbers and limits in the loop state, and an output buffer per
@@ -93,8 +101,8 @@ class CompactLoop(LoopShape):
                     **{"out_" + name: loop[name] for name in _POOL})
         (row_state, sentences), tokens = loop["state"], loop["tokens"]
         per_sentence, ((row_state, tokens), sentences) = compact_start(
-            {name: loop[name] for name in _PER_SENTENCE}, ((row_state, tokens), sentences),
-            self.beam_size)
+            {name: loop[name] for name in self.shrunk}, ((row_state, tokens), sentences),
+            self.beam_size, loop["done"] if self.started else None)
         return dict(loop, **per_sentence, state=(row_state, sentences), tokens=tokens)
 
     def searching(self, loop):
@@ -112,7 +120,7 @@ class CompactLoop(LoopShape):
             row_state = take(row_state, rows)
         tokens = ops.reshape(on_rows.take(next_tokens, stay), (-1,))
         (kept, sentences), buffers = shrink(
-            done, ({name: new[name] for name in _PER_SENTENCE}, sentences), new["live"],
+            done, ({name: new[name] for name in self.shrunk}, sentences), new["live"],
             tuple((loop["out_" + name], new[name]) for name in _POOL))
         return dict(new, **kept, **dict(zip(("out_" + name for name in _POOL), buffers)),
                     state=(row_state, sentences), tokens=tokens)

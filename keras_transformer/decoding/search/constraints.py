@@ -20,12 +20,15 @@ unmet phrase
     is abandoned (0)         otherwise (Post and Vilar's rule: no backtracking),
 
 and is met once its progress reaches its length. A hypothesis's bank is the number of
-constraint tokens it has met: the lengths of its met phrases plus its longest progress.
+constraint tokens it has met: the lengths of its met phrases plus its longest progress (what
+it still misses: whether it can fit them before its limit). The beam is shared among groups
+of fewer banks: the number of phrases a hypothesis has met or is matching (`allocate`).
 
 A repeated phrase is met by one occurrence (the phrases are tracked independently).
 
 `ConstraintBanks` is beam search's mode for them (`search.modes`): it tracks the phrases of each
-hypothesis and chooses the beams by banks.
+hypothesis and chooses the beams by groups. `beam_search.translate_beam` runs it after the
+plain search, only where the plain output lacks a phrase (`search.plain_first`).
 
 Everything is written in `keras.ops` with fixed shapes, as the search body is (tf.function,
 XLA, JAX).
@@ -35,7 +38,7 @@ from keras import ops
 
 from keras_transformer.decoding.search.modes import Selection
 from keras_transformer.decoding.search.rules import NEG_INF
-from keras_transformer.decoding.search.top_k import gather_beams
+from keras_transformer.decoding.search.top_k import best_continuations, gather_beams
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 # Added to the score of a finished hypothesis that lacks phrases (forced to end at its length
@@ -70,13 +73,16 @@ def candidate_ranks(scores, groups, valid):
     return ops.sum(ops.cast(counted, "int32"), axis=2)
 
 
-def first_occurrences(parents, tokens):
-    """(B, M) bool: no earlier candidate has the same (parent, token)."""
+def first_occurrences(parents, tokens, valid):
+    """(B, M) bool: no earlier valid candidate has the same (parent, token). (B, M) parents,
+    tokens; (B, M) bool valid (a masked candidate, e.g. an EOS of NEG_INF among the 2K best
+    at a limit, does not hide the valid one after it)."""
     m = ops.shape(tokens)[1]
     index = ops.arange(m)
     same = ops.logical_and(ops.equal(parents[:, :, None], parents[:, None, :]),
                            ops.equal(tokens[:, :, None], tokens[:, None, :]))
-    earlier = (index[None, :] < index[:, None])[None]  # j < i
+    earlier = ops.logical_and((index[None, :] < index[:, None])[None],
+                              valid[:, None, :])  # j < i, j valid
     return ops.logical_not(ops.any(ops.logical_and(same, earlier), axis=2))
 
 
@@ -84,33 +90,28 @@ class PhraseConstraints:
     """The phrases of a batch and the rules on them that beam search applies each step.
 
     Args:
-        constraints: (B, C, L) int32 phrase ids, 0-padded (see the module docstring).
+        phrases: (B, C, L + 1) int32 phrase ids, 0-padded, with a column of padding at the end
+            (`padded`).
+        lengths: (B, C) int32 their numbers of tokens (`phrase_lengths`).
     """
 
-    def __init__(self, constraints):
-        phrases = ops.cast(constraints, "int32")
+    def __init__(self, phrases, lengths):
+        self.phrases, self.lengths = phrases, lengths
         shape = ops.shape(phrases)
-        # A column of padding at the end: phrases of width 0 still have a first token to
-        # read, and a phrase's progress (at most its length) indexes a column.
-        self.phrases = ops.pad(phrases, [[0, 0], [0, 0], [0, 1]])  # (B, C, L + 1)
-        self.lengths = phrase_lengths(self.phrases)  # (B, C)
-        self.num_phrases, self.width = shape[1], shape[2] + 1
-        # Banks 0 .. C * L: every constraint token of a sentence met.
-        self.num_banks = ops.cast(shape[1] * shape[2] + 1, "float32")
+        self.num_phrases, self.width = shape[1], shape[2]
+
+    @staticmethod
+    def padded(constraints):
+        """(B, C, L) phrase ids (see the module docstring) -> (B, C, L + 1) int32: a column of
+        padding at the end, so that phrases of width 0 still have a first token to read, and
+        a phrase's progress (at most its length) indexes a column."""
+        return ops.pad(ops.cast(constraints, "int32"), [[0, 0], [0, 0], [0, 1]])
 
     def initial(self, beam_size):
         """(met (B, K, C) bool, progress (B, K, C) int32) before the first token; a row of
         zeros (no phrase) is met from the start."""
         met = ops.repeat(ops.expand_dims(ops.equal(self.lengths, 0), 1), beam_size, axis=1)
         return met, ops.zeros(ops.shape(met), "int32")
-
-    def block_eos(self, log_probs, met, at_limit):
-        """EOS only for hypotheses that met every phrase, or at their length limit (where
-        EOS is forced): (B, K, V) log-probabilities, (B, K, C) met, (B, 1, 1) at_limit."""
-        lacking = ops.logical_not(ops.all(met, axis=2))[:, :, None]  # (B, K, 1)
-        is_eos = ops.equal(ops.arange(ops.shape(log_probs)[-1]), EOS_ID)[None, None, :]
-        blocked = ops.logical_and(ops.logical_and(lacking, is_eos), ops.logical_not(at_limit))
-        return ops.where(blocked, NEG_INF, log_probs)
 
     def next_tokens(self, met, progress):
         """(B, K, C) int32: the token that advances each phrase of each hypothesis (the next
@@ -119,29 +120,39 @@ class PhraseConstraints:
         tokens = ops.sum(ops.where(position, self.phrases[:, None], 0), axis=3)
         return ops.where(met, PAD_ID, tokens)
 
-    def candidates(self, met, progress, scores):
-        """Per sentence, the continuations beyond the 2K best that each beam adds (Post and
-        Vilar's Algorithm 1): its best one other than EOS, EOS where the beam has met every
-        phrase of a sentence that has phrases (so that a hypothesis which met them can end
-        even when its EOS is not among the 2K best: otherwise it would have no continuation
-        left and die), and those that advance its phrases. Returns (parents, tokens, scores),
-        each (B, K * (2 + C)); `scores` (B, K, V) are the beams' continuation scores (a met
-        phrase's PAD token scores NEG_INF: never chosen). A sentence without phrases gets no
-        EOS here: its finished hypotheses are those of the search without constraints, and
-        the best other continuations cannot displace its 2K best."""
-        shape = ops.shape(scores)
+    def candidates(self, met, progress, alive, log_probs, eos, at_limit):
+        """Per sentence, the continuations beyond the 2K best other than EOS that each beam
+        adds (Post and Vilar's Algorithm 1): its best one other than EOS, those that advance
+        its phrases, and EOS where the beam has met every phrase or must end here (its
+        limit: EOS forced). EOS comes only from here, so that a hypothesis may end only once
+        it has met every phrase, and one that met them can always end (it keeps a
+        continuation).
+
+        Args:
+            met, progress: (B, K, C) the beams' phrases' state.
+            alive: (B, K) the beams' log P.
+            log_probs: (B, K, V) the step's, EOS at NEG_INF (a met phrase's PAD token scores
+                NEG_INF: never chosen).
+            eos: (B, K) the beams' EOS log-probabilities.
+            at_limit: (B, 1, 1) bool.
+
+        Returns:
+            (parents, tokens, scores), each (B, K * (2 + C)).
+        """
+        shape = ops.shape(log_probs)
         batch, beams, vocab = shape[0], shape[1], shape[2]
-        is_eos = ops.equal(ops.arange(vocab), EOS_ID)[None, None, :]
-        _, best = ops.top_k(ops.where(is_eos, NEG_INF, scores), k=1)  # (B, K, 1)
-        constrained = ops.any(self.lengths > 0, axis=1)[:, None]  # (B, 1)
-        ends = ops.logical_and(constrained, ops.all(met, axis=2))[:, :, None]  # (B, K, 1)
-        eos = ops.where(ends, EOS_ID, PAD_ID)
-        tokens = ops.concatenate([best, eos, self.next_tokens(met, progress)], axis=2)
-        tokens = ops.reshape(tokens, (batch, -1))  # (B, K * (2 + C))
-        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 2)
+        best = ops.cast(ops.argmax(log_probs, axis=2), "int32")[:, :, None]  # (B, K, 1)
+        tokens = ops.reshape(ops.concatenate([best, self.next_tokens(met, progress)], axis=2),
+                             (batch, -1))  # (B, K * (1 + C))
+        parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 1)
         parents = ops.zeros_like(tokens) + parents[None, :]
-        flat = ops.reshape(scores, (batch, -1))
-        return parents, tokens, ops.take_along_axis(flat, parents * vocab + tokens, axis=1)
+        scores = gather_beams(ops.reshape(log_probs, (batch, -1)), parents * vocab + tokens) \
+            + gather_beams(alive, parents)
+        ends = ops.logical_or(ops.all(met, axis=2), at_limit[:, :, 0])  # (B, K)
+        eos_parents = ops.zeros_like(ends, "int32") + ops.arange(beams, dtype="int32")[None]
+        return (ops.concatenate([parents, eos_parents], axis=1),
+                ops.concatenate([tokens, ops.where(ends, EOS_ID, PAD_ID)], axis=1),
+                ops.concatenate([scores, ops.where(ends, alive + eos, NEG_INF)], axis=1))
 
     def advance(self, met, progress, tokens):
         """The phrases' state after each candidate's token: (B, M, C) met and progress of
@@ -161,35 +172,52 @@ class PhraseConstraints:
         met_tokens = ops.sum(ops.where(met, self.lengths[:, None, :], 0), axis=2)
         return met_tokens + ops.max(progress, axis=2, initial=0)
 
-    def allocate(self, scores, banks, valid, room, beam_size):
-        """Dynamic beam allocation, vectorized: the beam_size candidates to keep alive, (B, K)
-        indices into the M candidates (scores, banks: (B, M); valid: (B, M) bool; room: (B,)
-        tokens each sentence's hypotheses may still add before EOS).
+    def groups(self, met, progress):
+        """(B, M, C) met and progress -> (B, M) int32 phrases met or being matched: the groups
+        the beam is shared among (`allocate`)."""
+        return ops.sum(ops.cast(ops.logical_or(met, progress > 0), "int32"), axis=2)
 
-        Each candidate is ranked by score within its bank; candidates are taken by rank, the
-        higher bank first at equal rank (a round-robin over the banks), so that hypotheses
-        that met more constraint tokens keep slots against better-scored ones that met fewer.
-        Those that can no longer fit their missing tokens in the room left come last (they
-        keep only slots nobody else wants), so that the beams that end at the length limit
-        are, where possible, hypotheses that met every phrase.
+    def allocate(self, scores, met, progress, valid, room, beam_size):
+        """Dynamic beam allocation, vectorized: the beam_size candidates to keep alive, (B, K)
+        indices into the M candidates (scores: (B, M); met, progress: (B, M, C); valid: (B, M)
+        bool; room: (B,) tokens each sentence's hypotheses may still add before EOS).
+
+        Each candidate is ranked by score within its group (`groups`: the phrases it met or
+        is matching); candidates are taken by rank, the higher group first at equal rank (a
+        round-robin over the groups), so that hypotheses that met more phrases keep slots
+        against better-scored ones that met fewer. The groups count phrases, not Post and
+        Vilar's tokens: with a phrase of several pieces, a bank per token meant more banks
+        than beams, and the best hypotheses of the low banks (the translation without the
+        phrase, from which a well-placed phrase starts) lost their slots to the hypotheses
+        that had started the phrase anywhere. Those that can no longer fit their missing
+        tokens (`banks`) in the room left come last (they keep only slots nobody else
+        wants), so that the beams that end at the length limit are, where possible,
+        hypotheses that met every phrase.
         """
-        ranks = candidate_ranks(scores, banks, valid)
-        keys = ops.cast(banks, "float32") - ops.cast(ranks, "float32") * self.num_banks
+        groups = self.groups(met, progress)
+        ranks = candidate_ranks(scores, groups, valid)
+        num_groups = ops.cast(self.num_phrases + 1, "float32")
+        keys = ops.cast(groups, "float32") - ops.cast(ranks, "float32") * num_groups
+        banks = self.banks(met, progress)
         missing = ops.sum(self.lengths, axis=1)[:, None] - banks  # a lower bound
         hopeless = missing > room[:, None]
-        keys = ops.where(hopeless, keys - self.num_banks * ops.cast(ops.shape(scores)[1] + 1,
-                                                                    "float32"), keys)
+        keys = ops.where(hopeless, keys - num_groups * ops.cast(ops.shape(scores)[1] + 1,
+                                                                "float32"), keys)
         _, keep = ops.top_k(ops.where(valid, keys, NEG_INF), k=beam_size)
         return keep
 
 
 class ConstraintBanks(Selection):
-    """Beam search with constraints: a hypothesis may end only once it has met every phrase,
-    each step also considers each beam's best continuation and those that advance its phrases
-    (`PhraseConstraints.candidates`), and the alive beams are chosen by dynamic beam allocation
-    across banks. A hypothesis forced to end at its limit without them ranks behind every one
-    that met them (the pool is ordered by "finished_keys": the scores, INCOMPLETE added to
-    those).
+    """Beam search with constraints: a hypothesis may end only once it has met every phrase
+    (or at its limit), each step also considers each beam's best continuation and those that
+    advance its phrases (`PhraseConstraints.candidates`), and the alive beams are chosen by
+    dynamic beam allocation across groups (`PhraseConstraints.allocate`). A hypothesis forced
+    to end at its limit without them ranks behind every one that met them (the pool is
+    ordered by "finished_keys": the scores, INCOMPLETE added to those).
+
+    The phrases are loop values, per sentence ("phrases", "phrase_lengths"), as the phrases'
+    state of each hypothesis is ("met", "progress"): a compact loop drops them with their
+    sentence (`per_sentence`).
 
     Args:
         constraints: (B, C, L) int32 phrase ids, 0-padded (see the module docstring).
@@ -197,36 +225,48 @@ class ConstraintBanks(Selection):
     """
 
     pool_key = "finished_keys"
+    per_sentence = ("met", "progress", "finished_keys", "phrases", "phrase_lengths")
 
     def __init__(self, constraints, beam_size):
         super().__init__(beam_size)
-        self.phrases = PhraseConstraints(constraints)
+        self.constraints = constraints
+
+    @staticmethod
+    def phrases_of(loop):
+        """The `PhraseConstraints` of the sentences a step computes."""
+        return PhraseConstraints(loop["phrases"], loop["phrase_lengths"])
 
     def start(self, loop):
-        met, progress = self.phrases.initial(self.beam_size)  # (B, K, C) each
-        return dict(loop, met=met, progress=progress, finished_keys=loop["finished_scores"])
-
-    def adjust(self, loop, step, log_probs):
-        return self.phrases.block_eos(log_probs, loop["met"], step.at_limit)  # EOS once all are met
+        phrases = PhraseConstraints.padded(self.constraints)
+        lengths = phrase_lengths(phrases)
+        met, progress = PhraseConstraints(phrases, lengths).initial(self.beam_size)
+        return dict(loop, met=met, progress=progress, finished_keys=loop["finished_scores"],
+                    phrases=phrases, phrase_lengths=lengths)
 
     def expand(self, loop, step, log_probs):
-        """The 2K best continuations by one top-k over all of them, then each beam's best and
-        those that advance its phrases: M = 2K + K (2 + C)."""
-        k, vocab = self.beam_size, step.vocab
-        scores = loop["alive_log_probs"][:, :, None] + log_probs  # (B, K, V)
-        top_scores, top_ids = ops.top_k(ops.reshape(scores, (step.rows, k * vocab)), k=2 * k)
-        more = self.phrases.candidates(loop["met"], loop["progress"], scores)
-        parents, tokens, scores = (ops.concatenate([a, b], axis=1) for a, b in
-                                   zip((top_ids // vocab, top_ids % vocab, top_scores), more))
+        """The 2K best continuations other than EOS (the exact top-k in two stages,
+        `top_k.best_continuations`), then each beam's best other than EOS, those that advance
+        its phrases, and its EOS where it may end (`PhraseConstraints.candidates`):
+        M = 2K + K (2 + C)."""
+        is_eos = ops.equal(ops.arange(step.vocab), EOS_ID)[None, None, :]
+        eos = log_probs[:, :, EOS_ID]  # (B, K)
+        log_probs = ops.where(is_eos, NEG_INF, log_probs)
+        alive = loop["alive_log_probs"]
+        top_scores, top_ids = best_continuations(alive, log_probs, 2 * self.beam_size)
+        more = self.phrases_of(loop).candidates(loop["met"], loop["progress"], alive,
+                                                log_probs, eos, step.at_limit)
+        parents, tokens, scores = (ops.concatenate([a, b], axis=1) for a, b in zip(
+            (top_ids // step.vocab, top_ids % step.vocab, top_scores), more))
         return dict(scores=scores, parents=parents, tokens=tokens)
 
     def track(self, loop, step, candidates):
         """Each candidate once (the same continuation may come twice), with its phrases' state
         ("met", "progress": (B, M, C)) after its token."""
         parents, tokens = candidates["parents"], candidates["tokens"]
-        met, progress = self.phrases.advance(gather_beams(loop["met"], parents),
-                                             gather_beams(loop["progress"], parents), tokens)
-        real = ops.logical_and(candidates["real"], first_occurrences(parents, tokens))
+        met, progress = self.phrases_of(loop).advance(
+            gather_beams(loop["met"], parents), gather_beams(loop["progress"], parents), tokens)
+        real = ops.logical_and(candidates["real"],
+                               first_occurrences(parents, tokens, candidates["real"]))
         return dict(candidates, real=real, met=met, progress=progress)
 
     def finish(self, loop, step, candidates, new_scores):
@@ -241,18 +281,29 @@ class ConstraintBanks(Selection):
         return {"finished_scores": scores, "finished_keys": keys}, keep
 
     def keep_alive(self, loop, step, candidates, is_eos):
-        """By dynamic beam allocation across the banks (`PhraseConstraints.allocate`): the
+        """By dynamic beam allocation across the groups (`PhraseConstraints.allocate`): the
         alive beams are not sorted by score."""
         scores = candidates["scores"]
         growing = ops.logical_and(candidates["real"], ops.logical_not(is_eos))
         room = step.limits - step.index - 2  # tokens that still fit before EOS
-        banks = self.phrases.banks(candidates["met"], candidates["progress"])
-        keep = self.phrases.allocate(scores, banks, growing, room, self.beam_size)
+        keep = self.phrases_of(loop).allocate(scores, candidates["met"], candidates["progress"],
+                                              growing, room, self.beam_size)
         return ops.where(gather_beams(growing, keep), gather_beams(scores, keep), NEG_INF), keep
 
-    def best_alive(self, alive_log_probs):
-        return ops.max(alive_log_probs, axis=1)
+    def best_alive(self, new, step):
+        """The best alive beam; once the pool holds K hypotheses that met every phrase, the
+        best that can still fit its missing tokens before its limit: one that cannot may
+        only end at its limit without them, behind all of those, so that it does not keep
+        the sentence searching."""
+        phrases = self.phrases_of(new)
+        missing = ops.sum(phrases.lengths, axis=1)[:, None] - phrases.banks(new["met"],
+                                                                            new["progress"])
+        hopeless = missing > (step.limits - step.index - 2)[:, None]
+        full = ops.all(new["finished_keys"] > INCOMPLETE / 2, axis=1)[:, None]
+        alive = new["alive_log_probs"]
+        return ops.max(ops.where(ops.logical_and(full, hopeless), NEG_INF, alive), axis=1)
 
     def advance(self, loop, step, new, candidates, keep):
         return dict(new, met=gather_beams(candidates["met"], keep),
-                    progress=gather_beams(candidates["progress"], keep))
+                    progress=gather_beams(candidates["progress"], keep),
+                    phrases=loop["phrases"], phrase_lengths=loop["phrase_lengths"])

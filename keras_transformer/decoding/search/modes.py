@@ -53,6 +53,10 @@ class Step(NamedTuple):
 class BeamMode:
     """A mode of beam search: the hooks the shared step calls on it, each a no-op here."""
 
+    # The names of this mode's loop values of one row per sentence (B, ...), which a compact
+    # loop (`compact.CompactLoop`) drops with their sentence.
+    per_sentence = ()
+
     def start(self, loop):
         """The loop's first values (a dict of tensors), with this mode's own added."""
         return loop
@@ -114,9 +118,10 @@ class Selection(BeamMode):
         candidates other than EOS (`is_eos`, (B, M) bool), best first."""
         return ops.top_k(ops.where(is_eos, NEG_INF, candidates["scores"]), k=self.beam_size)
 
-    def best_alive(self, alive_log_probs):
-        """(B,) the best alive log P of each sentence (the alive beams are sorted here)."""
-        return alive_log_probs[:, 0]
+    def best_alive(self, new, step):
+        """(B,) the best log P of each sentence's alive beams in the next loop values `new`
+        that may still end (here all: the alive beams are sorted, the first)."""
+        return new["alive_log_probs"][:, 0]
 
 
 class LoopShape(BeamMode):

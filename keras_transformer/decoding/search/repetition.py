@@ -183,7 +183,8 @@ class RepetitionControl(BeamMode):
     Args:
         controls: a `Repetition`.
         forced_token: `rules.prefix_forcing(prefix)` (None: no prefix).
-        phrases: the `constraints.PhraseConstraints` of a constrained search (None: none).
+        phrases: a constrained search's function loop -> its `constraints.PhraseConstraints`
+            (`ConstraintBanks.phrases_of`; None: no constraints).
     """
 
     def __init__(self, controls, forced_token=None, phrases=None):
@@ -214,7 +215,7 @@ class RepetitionControl(BeamMode):
         if self.forced_token is not None:
             free = self.forced_token(step.index)[0][:, None, None]  # (B, 1, 1)
         if self.phrases is not None:
-            advancing = self.phrases.next_tokens(loop["met"], loop["progress"])  # (B, K, C)
+            advancing = self.phrases(loop).next_tokens(loop["met"], loop["progress"])  # (B, K, C)
             advancing = ops.reshape(advancing, (-1, ops.shape(advancing)[-1]))
             writable = ops.reshape(token_mask(advancing, ops.not_equal(advancing, PAD_ID),
                                               shape[2]), shape)
