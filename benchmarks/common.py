@@ -67,23 +67,6 @@ class Report:
         self.emit(record)
 
 
-def stutter(pieces_list, run=4):
-    """How many outputs stutter: of `pieces_list` (each output's sentencepiece pieces, or ids),
-    those holding one piece `run` or more times in a row ("Gestestestestestil", issue 70).
-    The rule of `keras_transformer.evaluation.stutter` (the demo's choice counts with it),
-    written again here: this module imports nothing of the package."""
-    count = 0
-    for pieces in pieces_list:
-        length, previous = 0, object()
-        for piece in pieces:
-            length = length + 1 if piece == previous else 1
-            previous = piece
-            if length >= run:
-                count += 1
-                break
-    return count
-
-
 def csv_choice(choices):
     """An argparse `type`: a comma-separated list of values among `choices`."""
 
@@ -101,28 +84,3 @@ def csv_choice(choices):
 def csv_ints(text):
     """An argparse `type`: comma-separated integers ("32,1")."""
     return [int(v) for v in text.split(",")]
-
-
-# An output "stutters" when one subword piece comes this many times in a row ("Gestestestest").
-STUTTER_RUN = 4
-
-
-def stutters(pieces, run=STUTTER_RUN):
-    """Whether the sequence `pieces` (an output's sentencepiece pieces, or ids) holds one piece
-    `run` or more times consecutively."""
-    count, previous = 0, object()
-    for piece in pieces:
-        count = count + 1 if piece == previous else 1
-        if count >= run:
-            return True
-        previous = piece
-    return False
-
-
-def count_stutters(texts, spm_model, run=STUTTER_RUN):
-    """How many of `texts` stutter once split into pieces by the sentencepiece model file
-    `spm_model` (a run's vocab/spm.model)."""
-    import sentencepiece
-
-    processor = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
-    return sum(stutters(processor.encode(text, out_type=str), run) for text in texts)

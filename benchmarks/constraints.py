@@ -17,7 +17,7 @@ whole (one untimed warm-up batch first, so that both exclude the tracing of thei
 --repeats N: N alternating runs of each, the medians).
 Coverage is counted on the detokenized output: a phrase is met when its text appears in the
 sentence's translation. sacreBLEU is against the raw references. An output stutters when one
-subword piece of the run's vocabulary comes 4 or more times in a row (`common.stutters`).
+subword piece of the run's vocabulary comes 4 or more times in a row (`keras_transformer.evaluation.stutter`).
 Where the output without constraints already holds every phrase as whole words
 ("plain_met"), the
 constrained search should return it, or one of a higher score: both searches run again on
@@ -44,7 +44,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
-from common import count_stutters, emit  # noqa: E402
+from common import emit  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -188,6 +188,7 @@ def main(argv=None):
     import sacrebleu
 
     from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.evaluation.stutter import stutter_count
     from keras_transformer.hardware import describe_cpu
     from keras_transformer.runs import open_run
 
@@ -225,8 +226,8 @@ def main(argv=None):
                                        2),
         "seconds_without": round(plain_s, 2), "seconds_constrained": round(constrained_s, 2),
         "time_ratio": round(constrained_s / plain_s, 3),
-        "stutter_without": count_stutters(plain, run.tokenizer_path),
-        "stutter_constrained": count_stutters(constrained, run.tokenizer_path),
+        "stutter_without": stutter_count(plain, run.vocabulary()),
+        "stutter_constrained": stutter_count(constrained, run.vocabulary()),
         "words_without": sum(len(t.split()) for t in plain),
         "words_constrained": sum(len(t.split()) for t in constrained),
         "words_references": sum(len(t.split()) for t in references),

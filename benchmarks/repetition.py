@@ -9,7 +9,7 @@ twice: with the repetition controls off, and at the setting asked for: the flags
 the run's own (decoding.json, where the demo records what it chose on val), else STATED (a
 run from before the controls were chosen). Each is timed as a whole, after one untimed batch
 of 8 sentences (each setting's search is traced on its own). A stuttering output holds one
-sentencepiece piece 4 or more times in a row (`common.stutter`), counted on the output encoded
+sentencepiece piece 4 or more times in a row (`keras_transformer.evaluation.stutter`), counted on the output encoded
 again with the run's vocabulary. sacreBLEU is against the raw references. The splits are the
 run's dataset's, as `evaluate` and the demo read them (val: the demo's choice reads its first
 500 sentences). Prints one JSON line.
@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
-from common import emit, stutter  # noqa: E402
+from common import emit  # noqa: E402
 
 CONTROLS = ("no_repeat_ngram_size", "repetition_penalty")
 OFF = {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
@@ -64,6 +64,7 @@ def main(argv=None):
     import sacrebleu
 
     from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.evaluation.stutter import stutter_count
     from keras_transformer.hardware import describe_cpu
     from keras_transformer.runs import open_run
     from pipelines import datasets
@@ -89,7 +90,7 @@ def main(argv=None):
         outputs[name] = translations
         record[f"sacrebleu_{name}"] = round(
             sacrebleu.corpus_bleu(translations, [references]).score, 2)
-        record[f"stutters_{name}"] = stutter(vocabulary.encode(translations))
+        record[f"stutters_{name}"] = stutter_count(translations, vocabulary)
         record[f"seconds_{name}"] = round(seconds, 2)
     record["outputs_changed"] = sum(a != b for a, b in zip(outputs["off"], outputs["on"]))
     record["time_ratio"] = round(record["seconds_on"] / record["seconds_off"], 3)

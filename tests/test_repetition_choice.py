@@ -4,8 +4,6 @@ decoding.json and read back as beam and alpha are (a given value still wins; a f
 before the controls decodes with them off), and the choice made on a tiny model."""
 
 import json
-import os
-import sys
 
 import pytest
 
@@ -17,8 +15,6 @@ from keras_transformer.tasks import tuning
 from keras_transformer.tasks.tuning import REPETITION_OFF, pick_repetition, repetition_label
 from pipelines import datasets
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
-from common import stutter  # noqa: E402
 
 OFF, NGRAM3, NGRAM4, PENALTY = REPETITION_OFF, (3, 1.0), (4, 1.0), (0, 1.2)
 
@@ -63,8 +59,6 @@ def test_an_output_stutters_with_one_piece_four_times_in_a_row():
         stutters("aaaa", run=1)
     texts = ["Gestestestest", "Nummer 5555", "Nummer 555", "Neeeeein", ""]
     assert stutter_count(texts, Pieces()) == 2
-    # The benchmarks' helper (benchmarks/common.py, importing nothing of the package) agrees.
-    assert stutter(Pieces.encode(texts)) == 2 and stutter([list("aaab")], run=3) == 1
 
 
 def test_the_choice_is_saved_and_read_as_beam_and_alpha_are(tmp_path):
