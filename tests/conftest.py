@@ -45,8 +45,8 @@ HEAVY_FILES = {
     "tests/test_tensorboard.py": 61, "tests/runs/test_old_runs.py": 60,
     "tests/test_alignment_commands.py": 60,
     # 2026-12-02, amx-class Intel Xeon, CPU-seconds in a loaded `--cpu-report` run: the demo
-    # job end to end twice, the repetition controls and their choice on val.
-    "tests/test_main_job.py": 200, "tests/test_repetition.py": 69,
+    # job end to end, the repetition controls and their choice on val.
+    "tests/test_main_job.py": 100, "tests/test_repetition.py": 69,
     "tests/test_repetition_choice.py": 60,
 }
 # Files that share a session fixture run on one worker, as one unit: file -> the file whose

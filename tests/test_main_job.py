@@ -103,8 +103,10 @@ def test_the_command_hides_third_party_logs_unless_verbose():
     assert quiet.stderr == ""
 
 
-@pytest.mark.slow  # trains a tiny model on Multi30k and exports it (about a minute each)
-@pytest.mark.parametrize("targets", [["de"], ["de", "fr"]], ids=["one-pair", "two-pairs"])
+# The same job with two targets (per-pair tables, scores and examples) ran here too until the
+# suite outgrew its budget (2026-12-02): the per-pair table is tests/test_multilingual.py's.
+@pytest.mark.slow  # trains a tiny model on Multi30k and exports it (about a minute)
+@pytest.mark.parametrize("targets", [["de"]], ids=["one-pair"])
 def test_the_demo_is_one_job_for_one_pair_or_several(targets, shared_data, runtime_preset,
                                                      tmp_path, monkeypatch, capsys):
     """The job end to end with a tiny model and a few sentences per split: the choice saved,
