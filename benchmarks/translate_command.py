@@ -2,7 +2,7 @@
 (Python, TensorFlow and the model loading, tokenizing, searching, writing), on a test set,
 against CTranslate2 as its own users run it at its best setting.
 
-    python benchmarks/translate_command.py --run-dir /work/demo/runs/multi30k-en-de-quick
+    python benchmarks/translate_command.py --run-dir runs/multi30k-en-de-quick
     python benchmarks/translate_command.py --run-dir RUN --precision float32
     python benchmarks/translate_command.py --run-dir RUN --ctranslate2-model FOLDER
     python benchmarks/translate_command.py --run-dir RUN --engines ctranslate2 --repeat 100
