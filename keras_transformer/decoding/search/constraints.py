@@ -172,6 +172,12 @@ class PhraseConstraints:
         met_tokens = ops.sum(ops.where(met, self.lengths[:, None, :], 0), axis=2)
         return met_tokens + ops.max(progress, axis=2, initial=0)
 
+    def hopeless(self, met, progress, room):
+        """(B, M) bool: hypotheses that can no longer fit the phrase tokens they miss (a lower
+        bound, from `banks`) in `room` ((B,) tokens that still fit before EOS)."""
+        missing = ops.sum(self.lengths, axis=1)[:, None] - self.banks(met, progress)
+        return missing > room[:, None]
+
     def groups(self, met, progress):
         """(B, M, C) met and progress -> (B, M) int32 phrases met or being matched: the groups
         the beam is shared among (`allocate`)."""
@@ -198,10 +204,7 @@ class PhraseConstraints:
         ranks = candidate_ranks(scores, groups, valid)
         num_groups = ops.cast(self.num_phrases + 1, "float32")
         keys = ops.cast(groups, "float32") - ops.cast(ranks, "float32") * num_groups
-        banks = self.banks(met, progress)
-        missing = ops.sum(self.lengths, axis=1)[:, None] - banks  # a lower bound
-        hopeless = missing > room[:, None]
-        keys = ops.where(hopeless, keys - num_groups * ops.cast(ops.shape(scores)[1] + 1,
+        keys = ops.where(self.hopeless(met, progress, room), keys - num_groups * ops.cast(ops.shape(scores)[1] + 1,
                                                                 "float32"), keys)
         _, keep = ops.top_k(ops.where(valid, keys, NEG_INF), k=beam_size)
         return keep
@@ -295,10 +298,8 @@ class ConstraintBanks(Selection):
         best that can still fit its missing tokens before its limit: one that cannot may
         only end at its limit without them, behind all of those, so that it does not keep
         the sentence searching."""
-        phrases = self.phrases_of(new)
-        missing = ops.sum(phrases.lengths, axis=1)[:, None] - phrases.banks(new["met"],
-                                                                            new["progress"])
-        hopeless = missing > (step.limits - step.index - 2)[:, None]
+        hopeless = self.phrases_of(new).hopeless(new["met"], new["progress"],
+                                                 step.limits - step.index - 2)
         full = ops.all(new["finished_keys"] > INCOMPLETE / 2, axis=1)[:, None]
         alive = new["alive_log_probs"]
         return ops.max(ops.where(ops.logical_and(full, hopeless), NEG_INF, alive), axis=1)
