@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.decoding.search.rules import NEG_INF
-from keras_transformer.decoding.search.top_k import best_continuations, chunk_size
+from keras_transformer.decoding.search.top_k import (best_continuations,
+                                                     best_continuations_without, chunk_size)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -30,6 +31,31 @@ def check(alive, log_probs, count):
     expected_values, expected_indices = one_top_k(alive, log_probs, count)
     np.testing.assert_array_equal(np.asarray(values), expected_values)
     np.testing.assert_array_equal(np.asarray(indices), expected_indices)
+
+
+def check_without(alive, log_probs, count, token):
+    """One token left out: the values, indices and each beam's best of the masked scores."""
+    alive, log_probs = tf.constant(alive, tf.float32), tf.constant(log_probs, tf.float32)
+    masked = tf.where(tf.range(log_probs.shape[-1]) == token, NEG_INF, log_probs)
+    values, indices, best = best_continuations_without(alive, log_probs, count, token)
+    expected_values, expected_indices = one_top_k(alive, masked, count)
+    np.testing.assert_array_equal(np.asarray(values), expected_values)
+    np.testing.assert_array_equal(np.asarray(indices), expected_indices)
+    np.testing.assert_array_equal(np.asarray(best), tf.argmax(masked, axis=2).numpy())
+
+
+@pytest.mark.parametrize("vocab", [256, 40])  # in chunks; tiny: the one top-k
+def test_one_token_left_out_as_if_masked(vocab):
+    rng = np.random.default_rng(vocab)
+    log_probs = np.log(rng.dirichlet(np.ones(vocab) * 0.1, size=(5, 4))).astype(np.float32)
+    alive = rng.normal(-3.0, 2.0, size=(5, 4)).astype(np.float32)
+    alive[:, 3:] = NEG_INF
+    log_probs[:, :, 2] = 0.0  # the left-out token is every beam's best
+    log_probs[0, 1, :] = NEG_INF  # a beam with nothing (a limit's row: only EOS allowed)
+    for token in (2, 70 % vocab, vocab - 1):
+        check_without(alive, np.maximum(log_probs, NEG_INF), 8, token)
+    ties = -rng.integers(0, 2, size=(3, 4, vocab)).astype(np.float32)  # ties everywhere
+    check_without(np.zeros((3, 4), np.float32), ties, 8, 2)
 
 
 def test_chunk_sizes():

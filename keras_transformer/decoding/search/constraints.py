@@ -38,7 +38,7 @@ from keras import ops
 
 from keras_transformer.decoding.search.modes import Selection
 from keras_transformer.decoding.search.rules import NEG_INF
-from keras_transformer.decoding.search.top_k import best_continuations, gather_beams
+from keras_transformer.decoding.search.top_k import best_continuations_without, gather_beams
 from pipelines.special_ids import EOS_ID, PAD_ID
 
 # Added to the score of a finished hypothesis that lacks phrases (forced to end at its length
@@ -120,7 +120,7 @@ class PhraseConstraints:
         tokens = ops.sum(ops.where(position, self.phrases[:, None], 0), axis=3)
         return ops.where(met, PAD_ID, tokens)
 
-    def candidates(self, met, progress, alive, log_probs, eos, at_limit):
+    def candidates(self, met, progress, alive, log_probs, best, eos, at_limit):
         """Per sentence, the continuations beyond the 2K best other than EOS that each beam
         adds (Post and Vilar's Algorithm 1): its best one other than EOS, those that advance
         its phrases, and EOS where the beam has met every phrase or must end here (its
@@ -131,8 +131,9 @@ class PhraseConstraints:
         Args:
             met, progress: (B, K, C) the beams' phrases' state.
             alive: (B, K) the beams' log P.
-            log_probs: (B, K, V) the step's, EOS at NEG_INF (a met phrase's PAD token scores
-                NEG_INF: never chosen).
+            log_probs: (B, K, V) the step's (a met phrase's PAD token scores NEG_INF: never
+                chosen; EOS is read from `eos` only).
+            best: (B, K) int32 each beam's best token other than EOS.
             eos: (B, K) the beams' EOS log-probabilities.
             at_limit: (B, 1, 1) bool.
 
@@ -141,13 +142,13 @@ class PhraseConstraints:
         """
         shape = ops.shape(log_probs)
         batch, beams, vocab = shape[0], shape[1], shape[2]
-        best = ops.cast(ops.argmax(log_probs, axis=2), "int32")[:, :, None]  # (B, K, 1)
-        tokens = ops.reshape(ops.concatenate([best, self.next_tokens(met, progress)], axis=2),
-                             (batch, -1))  # (B, K * (1 + C))
+        tokens = ops.reshape(ops.concatenate([best[:, :, None], self.next_tokens(met, progress)],
+                                             axis=2), (batch, -1))  # (B, K * (1 + C))
         parents = ops.repeat(ops.arange(beams, dtype="int32"), self.num_phrases + 1)
         parents = ops.zeros_like(tokens) + parents[None, :]
-        scores = gather_beams(ops.reshape(log_probs, (batch, -1)), parents * vocab + tokens) \
-            + gather_beams(alive, parents)
+        scores = ops.where(ops.equal(tokens, EOS_ID), NEG_INF,  # a phrase may not end one
+                           gather_beams(ops.reshape(log_probs, (batch, -1)),
+                                        parents * vocab + tokens)) + gather_beams(alive, parents)
         ends = ops.logical_or(ops.all(met, axis=2), at_limit[:, :, 0])  # (B, K)
         eos_parents = ops.zeros_like(ends, "int32") + ops.arange(beams, dtype="int32")[None]
         return (ops.concatenate([parents, eos_parents], axis=1),
@@ -247,17 +248,17 @@ class ConstraintBanks(Selection):
                     phrases=phrases, phrase_lengths=lengths)
 
     def expand(self, loop, step, log_probs):
-        """The 2K best continuations other than EOS (the exact top-k in two stages,
-        `top_k.best_continuations`), then each beam's best other than EOS, those that advance
+        """The 2K best continuations other than EOS (the exact top-k in two stages, EOS left
+        out without a pass of its own: `top_k.best_continuations_without`), then each beam's
+        best other than EOS (found there too), those that advance
         its phrases, and its EOS where it may end (`PhraseConstraints.candidates`):
         M = 2K + K (2 + C)."""
-        is_eos = ops.equal(ops.arange(step.vocab), EOS_ID)[None, None, :]
-        eos = log_probs[:, :, EOS_ID]  # (B, K)
-        log_probs = ops.where(is_eos, NEG_INF, log_probs)
         alive = loop["alive_log_probs"]
-        top_scores, top_ids = best_continuations(alive, log_probs, 2 * self.beam_size)
+        top_scores, top_ids, best = best_continuations_without(alive, log_probs,
+                                                               2 * self.beam_size, EOS_ID)
         more = self.phrases_of(loop).candidates(loop["met"], loop["progress"], alive,
-                                                log_probs, eos, step.at_limit)
+                                                log_probs, best, log_probs[:, :, EOS_ID],
+                                                step.at_limit)
         parents, tokens, scores = (ops.concatenate([a, b], axis=1) for a, b in zip(
             (top_ids // step.vocab, top_ids % step.vocab, top_scores), more))
         return dict(scores=scores, parents=parents, tokens=tokens)

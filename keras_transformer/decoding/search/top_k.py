@@ -16,6 +16,7 @@ order (ties to the lower index) as the one top-k over all of them.
 
 from keras import ops
 
+from keras_transformer.decoding.search.rules import NEG_INF
 from keras_transformer.layers import rows as on_rows
 
 # Chunks of about this many tokens: fewer chunks to rank against fewer sums to gather; the
@@ -60,6 +61,50 @@ def best_continuations(alive_log_probs, log_probs, count):
         :, :, None]  # (B, count, C)
     values, position = ops.top_k(ops.reshape(sums, (rows, -1)), k=count)
     return values, gather_beams(chosen, position // size) * size + position % size
+
+
+def best_continuations_without(alive_log_probs, log_probs, count, token):
+    """`best_continuations` with one token left out, and each beam's best token but it, in the
+    passes of the plain one: (values, indices, best), exactly
+
+        masked = where(arange(V) == token, NEG_INF, log_probs)
+        best_continuations(alive_log_probs, masked, count), argmax(masked, axis=2)
+
+    without writing `masked` (a pass over the (B, K, V) log-probabilities) nor reading it
+    again for the argmax (another): only the chunk that holds `token` is masked, and a beam's
+    best is found in its best chunk (the first of the highest maximum, then its first token of
+    that value: the argmax's first index). A search with constraints leaves EOS to its own
+    candidates (`constraints.ConstraintBanks.expand`). token: a Python int < V."""
+    shape = ops.shape(log_probs)
+    rows, beams, vocab = shape[0], shape[1], log_probs.shape[-1]
+    size = None if vocab is None else chunk_size(int(vocab))
+    if size is None:
+        masked = ops.where(ops.equal(ops.arange(vocab), token)[None, None, :], NEG_INF,
+                           log_probs)
+        values, indices = best_continuations(alive_log_probs, masked, count)
+        return values, indices, ops.cast(ops.argmax(masked, axis=2), "int32")
+    per_row, home, column = vocab // size, token // size, token % size
+    chunks = ops.reshape(log_probs, (rows, beams, per_row, size))
+    in_home = ops.equal(ops.arange(size), column)  # (C,): the token's place in its chunk
+    home_max = ops.max(ops.where(in_home, NEG_INF, chunks[:, :, home]), axis=-1)  # (B, K)
+    maxima = ops.where(ops.equal(ops.arange(per_row), home)[None, None, :], home_max[:, :, None],
+                       ops.max(chunks, axis=-1))  # (B, K, per_row)
+    chunks = ops.reshape(chunks, (rows, beams * per_row, size))
+
+    def read(chosen):
+        """The chunks `chosen` ((B, N) indices into the B x (K x per_row)), the token masked."""
+        masked = ops.logical_and(ops.equal(chosen % per_row, home)[:, :, None], in_home)
+        return ops.where(masked, NEG_INF, gather_beams(chunks, chosen))  # (B, N, C)
+
+    first = ops.cast(ops.argmax(maxima, axis=2), "int32")  # (B, K): each beam's best chunk
+    own = first + ops.arange(beams, dtype="int32")[None, :] * per_row
+    best = first * size + ops.cast(ops.argmax(read(own), axis=2), "int32")
+    _, chosen = ops.top_k(ops.reshape(maxima + alive_log_probs[:, :, None],
+                                      (rows, beams * per_row)), k=count)
+    chosen = ops.sort(chosen, axis=-1)  # in index order: ties go to the lower index
+    sums = read(chosen) + gather_beams(alive_log_probs, chosen // per_row)[:, :, None]
+    values, position = ops.top_k(ops.reshape(sums, (rows, -1)), k=count)
+    return values, gather_beams(chosen, position // size) * size + position % size, best
 
 
 # tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...), in one gather (TensorFlow's
