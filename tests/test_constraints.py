@@ -40,6 +40,12 @@ def constrained(model):
     return compiled_beam_search(model, 4, extra_length=EXTRA, with_constraints=True)
 
 
+@pytest.fixture(scope="module")
+def plain(model):
+    """The same search without constraints (traced once for the file)."""
+    return compiled_beam_search(model, 4, extra_length=EXTRA)
+
+
 def sources(rows=3, width=7):
     return source_rows(VOCAB, 0, rows, width)
 
@@ -70,7 +76,7 @@ def assert_phrases_in_every_hypothesis(ids, constraints, scores=None):
                 assert contains(hypothesis, phrase), (row, k, hypothesis, phrase)
 
 
-def test_every_phrase_appears_in_every_hypothesis_of_its_sentence(model, constrained):
+def test_every_phrase_appears_in_every_hypothesis_of_its_sentence(constrained, plain):
     result = constrained(sources(), CONSTRAINTS)
     ids = np.asarray(result["ids"])
     assert ids.shape[:2] == (3, 4)
@@ -78,15 +84,15 @@ def test_every_phrase_appears_in_every_hypothesis_of_its_sentence(model, constra
     assert_phrases_in_every_hypothesis(ids, CONSTRAINTS, scores)
     assert np.all(scores[:, :-1] >= scores[:, 1:])  # best first
     # Without constraints the untrained model chooses none of the phrases.
-    plain = np.asarray(compiled_beam_search(model, 4, extra_length=EXTRA)(sources())["ids"])
-    assert not contains(tokens(plain[1, 0]), CONSTRAINTS[1, 0])
+    plain_ids = np.asarray(plain(sources())["ids"])
+    assert not contains(tokens(plain_ids[1, 0]), CONSTRAINTS[1, 0])
 
 
-def test_an_unconstrained_sentence_in_a_constrained_batch_is_searched_as_without(model,
+def test_an_unconstrained_sentence_in_a_constrained_batch_is_searched_as_without(plain,
                                                                                   constrained):
     src = sources()
     found = constrained(src, CONSTRAINTS)
-    plain = compiled_beam_search(model, 4, extra_length=EXTRA)(src)  # the same batch
+    plain = plain(src)  # the same batch
     # Each batch's ids are trimmed to its own longest hypothesis: compare the sentence's own.
     width = max(len(tokens(h)) + 1 for h in np.asarray(plain["ids"])[2])
     expected = np.asarray(plain["ids"])[2, :, :width]
@@ -96,12 +102,12 @@ def test_an_unconstrained_sentence_in_a_constrained_batch_is_searched_as_without
         np.testing.assert_array_equal(np.asarray(found[key])[2], np.asarray(plain[key])[2])
 
 
-def test_a_plain_output_that_holds_the_phrases_is_returned_as_it_is(model, constrained):
+def test_a_plain_output_that_holds_the_phrases_is_returned_as_it_is(plain, constrained):
     """Where the search without constraints already finds an output with every phrase, the
     constrained search returns it, with its score (issue 70: it used to return another, of a
     lower score, the banks having split the beam)."""
     src = sources(4)
-    plain = compiled_beam_search(model, 4, extra_length=EXTRA)(src)
+    plain = plain(src)
     best = [tokens(h) for h in np.asarray(plain["ids"])[:, 0]]
     assert all(len(hypothesis) >= 3 for hypothesis in best)
     phrases = np.zeros((4, 2, 2), np.int32)

@@ -42,11 +42,27 @@ def assert_same_scores(model, tokenizer, folder):
         np.testing.assert_allclose(scores, ours, atol=1e-4)
 
 
-def test_a_trained_post_norm_run_scores_as_ours(tiny_run, tmp_path):
+@pytest.fixture(scope="module")
+def tiny_export(tiny_run, tmp_path_factory):
+    """tiny_run's model, tokenizer and its float32 CTranslate2 export, made once for the file
+    (the tests only read the export)."""
     run = Run(tiny_run)
     model, tokenizer = run.load_model(), run.tokenizer()
-    folder = export_ctranslate2(model, tokenizer, tmp_path / "ctranslate2",
+    folder = export_ctranslate2(model, tokenizer, tmp_path_factory.mktemp("ct2") / "ctranslate2",
                                 max_input_length=run.config.max_length)
+    return model, tokenizer, folder
+
+
+@pytest.fixture(scope="module")
+def tiny_export_int8(tiny_run, tmp_path_factory):
+    """tiny_run's int8 CTranslate2 export by `export_run` (the export command's), made once for
+    the file."""
+    return export_run(run_decoder(tiny_run), format="ctranslate2", quantize="int8",
+                      output_dir=tmp_path_factory.mktemp("ct2-int8") / "exports", name="toy")
+
+
+def test_a_trained_post_norm_run_scores_as_ours(tiny_export):
+    model, tokenizer, folder = tiny_export
     assert (folder / "spm.model").read_bytes() == tokenizer.model_proto
     assert_same_scores(model, tokenizer, folder)
 
@@ -134,13 +150,12 @@ def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tmp_path, capsys):
+def test_prefixes_sampling_and_scores_as_the_translators(tiny_run, tiny_export, toy_translators,
+                                                         tmp_path, capsys):
     from keras_transformer.errors import InputError
 
-    run = Run(tiny_run)
-    folder = export_ctranslate2(run.load_model(), run.tokenizer(), tmp_path / "ct2",
-                                max_input_length=run.config.max_length)
-    ours = run_engine(tiny_run, beam_size=1, precision="float32")
+    folder = tiny_export[2]
+    ours = toy_translators[1]  # run_engine(tiny_run, beam_size=1, precision="float32")
     theirs = CTranslate2Translator(folder, beam_size=1)
     # Scores: CTranslate2's score_batch equals ours within 1e-3 per token (EOS counted).
     sources, targets = SOURCES + ["", "a dog"], TARGETS + ["", ""]
@@ -275,8 +290,8 @@ assert not [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")
     assert "workers" in result.stderr and "threads 1" in result.stderr, result.stderr
 
 
-def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_run, tmp_path,
-                                                                      monkeypatch):
+def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_export_int8,
+                                                                      tmp_path, monkeypatch):
     """decode.py's in-process sweep on the tiny preset, and the reference script's sweep of
     fresh processes on the tiny run's int8 export: every setting of the grid measured, the
     best chosen among the tuned ones (never CTranslate2's untuned defaults)."""
@@ -300,8 +315,7 @@ def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_run,
     assert sorted(found) == sorted(ct2_reference.label(s) for s in ct2_reference.threading_grid())
     assert all(seconds > 0 for seconds in found.values())
 
-    folder = export_run(run_decoder(tiny_run), format="ctranslate2", quantize="int8",
-                        output_dir=tmp_path / "exports", name="toy")
+    folder = tiny_export_int8
     source_file = tmp_path / "source.txt"
     source_file.write_text("the dog runs\n\na big red cat\n", encoding="utf-8")
     swept = ct2_reference.sweep(folder, source_file, beam=2, alpha=1.0,
@@ -319,13 +333,12 @@ def test_the_benchmarks_sweep_ctranslate2s_threading_and_take_its_best(tiny_run,
         assert record["child_peak_rss_mb"] > 0 and record["lines"] == 3
 
 
-def test_batches_of_mixed_lengths_keep_each_sentences_own_limit(tiny_run, tmp_path):
+def test_batches_of_mixed_lengths_keep_each_sentences_own_limit(tiny_export_int8):
     """Searches batch sentences of different output limits together (under the largest) and
     search again those that came near their own limit: the same hypotheses as each sentence
     searched alone under its own limit. The tiny run's outputs run to their limits, so the
     second search is exercised."""
-    folder = export_run(run_decoder(tiny_run), format="ctranslate2", quantize="int8",
-                        output_dir=tmp_path / "exports", name="toy")
+    folder = tiny_export_int8
     words = "the dog runs in the park a big red cat green water".split()
     sentences = [" ".join(words[: 1 + i % len(words)]) for i in range(30)]
     together = CTranslate2Translator(folder, beam_size=2, extra_length=0)
@@ -342,7 +355,7 @@ def test_batches_of_mixed_lengths_keep_each_sentences_own_limit(tiny_run, tmp_pa
     assert len(set(limits)) > 3 and any(near) and not all(near), (limits, own)
 
 
-def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tmp_path):
+def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tiny_export):
     """translate_batch's no_repeat_ngram_size and repetition_penalty: the rules ours apply
     (`decoding.search.repetition`), so greedy search gives our greedy search's output. (Not
     the same scores: CTranslate2 divides them by length^alpha, and bans tokens, the n-grams'
@@ -350,9 +363,7 @@ def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tmp_path)
     """
     from keras_transformer.decoding.request import Request
 
-    run = Run(tiny_run)
-    folder = export_ctranslate2(run.load_model(), run.tokenizer(), tmp_path / "ct2",
-                                max_input_length=run.config.max_length)
+    folder = tiny_export[2]
     sources = SOURCES + ["a dog runs in the green park with a big red cat"]
     for controls in (dict(no_repeat_ngram_size=2), dict(repetition_penalty=1.5),
                      dict(no_repeat_ngram_size=3, repetition_penalty=1.2)):

@@ -12,7 +12,6 @@ from keras_transformer.decoding.search.sampling import RandomSampler, compiled_s
 from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.errors import InputError
-from tests.conftest import run_engine
 from tests.test_search import VOCAB, hypotheses, sources
 
 
@@ -71,11 +70,11 @@ def test_a_prefix_of_greedys_output_gives_it_back(greedy, greedy_forced, k):
 
 
 @pytest.mark.slow
-def test_a_prefix_of_the_beams_best_gives_it_back_on_a_trained_model(tiny_run):
+def test_a_prefix_of_the_beams_best_gives_it_back_on_a_trained_model(toy_translators):
     # Beam search is not exact: forced into one first token, it explores more of that token's
     # subtree and may find a better hypothesis than the free search did (it does on an
     # untrained model's flat distributions). A trained model's are peaked: same hypothesis.
-    translator = run_engine(tiny_run, beam_size=4, precision="float32")
+    translator = toy_translators[4]  # run_engine(tiny_run, beam_size=4, precision="float32")
     sentences = ["A man is sleeping .", "Two dogs play in the snow .", "A woman reads a book ."]
     encoded = translator.encode(sentences)
     src = np.zeros((3, max(map(len, encoded))), np.int32)
@@ -153,8 +152,9 @@ def test_top_k_and_top_p_keep_only_the_allowed_tokens():
 
 
 @pytest.mark.slow
-def test_translator_prefixes_samples_and_scores(tiny_run):
-    translator = run_engine(tiny_run, beam_size=2, precision="float32")
+def test_translator_prefixes_samples_and_scores(toy_translators):
+    # tiny_run's engines, shared with the other tests of the worker (alpha 0.6: the default)
+    translator = toy_translators[2]  # run_engine(tiny_run, beam_size=2, precision="float32")
     sentences = ["A man is sleeping .", "", "Two dogs play in the snow ."]
     free = translator.translate(sentences)
     best = translator.translate(sentences, nbest=True)
@@ -164,7 +164,7 @@ def test_translator_prefixes_samples_and_scores(tiny_run):
     forced = translator.translate(sentences, prefixes=["Zwei Katzen", "", ""])
     assert forced[0].startswith("Zwei Katzen")
     assert forced[1:] == free[1:]
-    greedy = run_engine(tiny_run, beam_size=1, precision="float32")
+    greedy = toy_translators[1]
     samples = greedy.sample(sentences, num_samples=3, top_k=1, seed=3)
     assert [[text for text, _ in hyps] for hyps in samples] == [[t] * 3 if t else [""]
                                                                  for t in greedy.translate(

@@ -40,7 +40,7 @@ def greedy(model):
 
 @pytest.fixture(scope="module")
 def beam(model):
-    return compiled_beam_search(model, 4)
+    return compiled_beam_search(model, 4, 0.6)
 
 
 def sources(seed=0, rows=3, width=7):
@@ -96,9 +96,9 @@ def test_a_batch_decodes_like_its_sentences_one_by_one(beam):
 
 
 @pytest.mark.slow
-def test_search_traces_once_for_many_batch_shapes(model):
-    beam = compiled_beam_search(model, 4)
-    greedy = compiled_greedy_search(model)
+def test_search_traces_once_for_many_batch_shapes(greedy, beam):
+    # The file's shared searches: whatever shapes the other tests gave them before, every
+    # call below still runs on their one trace.
     for i in range(10):
         src = sources(seed=i, rows=1 + i % 4, width=3 + i)
         beam(src)
@@ -217,7 +217,7 @@ def test_xla_compiled_search_equals_the_plain_graph(model, greedy, beam):
 
 
 @pytest.mark.slow
-def test_static_shapes_find_what_dynamic_shapes_find(model, greedy):
+def test_static_shapes_find_what_dynamic_shapes_find(model, greedy, beam):
     """The static form that JAX compiles (cache and buffer of padded width + 50, trimmed
     afterwards on the host) finds the same hypotheses and scores as TensorFlow's dynamic one."""
     src = np.pad(sources(seed=4), [[0, 0], [0, 5]])
@@ -229,7 +229,7 @@ def test_static_shapes_find_what_dynamic_shapes_find(model, greedy):
 
     result, static_greedy = static(src)
     assert result["ids"].shape[-1] == static_greedy["ids"].shape[-1] == src.shape[1] + 50
-    expected = compiled_beam_search(model, 4, alpha=0.6)(src)
+    expected = beam(src)  # compiled_beam_search(model, 4, alpha=0.6)
     np.testing.assert_array_equal(trim(result["ids"].numpy()), expected["ids"].numpy())
     np.testing.assert_allclose(result["scores"], expected["scores"], rtol=1e-5, atol=1e-5)
     expected_ids, expected_scores = greedy(src)
