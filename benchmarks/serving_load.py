@@ -93,11 +93,12 @@ SCORE_TOLERANCE = 1e-5
 MAX_RSS_GROWTH = 0.05
 
 
-def engine_answer(engine, paths, pools=(0, 0)):
+def engine_answer(engine, paths, pools=(0, 0), search=None):
     """A function sentences -> (translations, scores or None) for `engine`, loaded once;
-    `pools`: (intra-op, inter-op) threads of a TensorFlow engine (0: TensorFlow's choice)."""
+    `pools`: (intra-op, inter-op) threads of a TensorFlow engine (0: TensorFlow's choice);
+    `search`: the CTranslate2 engines' beam_size and alpha (None: `search_of(paths)`)."""
     if engine == "ctranslate2":
-        return ctranslate2_answer(paths, pools)
+        return ctranslate2_answer(paths, pools, search)
     if engine != "ctranslate2-lane":
         handler = (FunctionHandler if engine == "function" else PredictHandler)(
             paths[EXPORT_OF[engine]], intra_op_threads=pools[0], inter_op_threads=pools[1])
@@ -111,20 +112,26 @@ def engine_answer(engine, paths, pools=(0, 0)):
     from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.decoding.request import Request
 
-    search = signature_defaults(paths["saved_model"]) if paths.get("saved_model") else {}
+    search = search_of(paths) if search is None else search
     translator = Decoder(Request(engine="ctranslate2", ctranslate2_model=str(
         paths["ctranslate2"]), **search)).engine()
     return lambda sentences: (translator.translate(sentences), None)
 
 
-def ctranslate2_answer(paths, setting):
+def ctranslate2_answer(paths, setting, search=None):
     """CTranslate2 as its users serve it (`ct2_reference.Reference`): one Translator of
     `setting` (workers, threads), one translate_batch per request (the GIL released:
-    concurrent requests run on the workers)."""
-    search = signature_defaults(paths["saved_model"]) if paths.get("saved_model") else {}
+    concurrent requests run on the workers); `search` as `engine_answer` takes it."""
+    search = search_of(paths) if search is None else search
     reference = Reference(paths["ctranslate2"], *setting, beam=search.get("beam_size", 4),
                           alpha=search.get("alpha", 0.6))
     return lambda sentences: (reference.translate(sentences), None)
+
+
+def search_of(paths):
+    """The search CTranslate2 runs: the SavedModel's defaults (`signature_defaults`) when
+    there is one, else {} (the request's defaults)."""
+    return signature_defaults(paths["saved_model"]) if paths.get("saved_model") else {}
 
 
 def signature_defaults(export_dir):
@@ -146,20 +153,24 @@ def differs(answer, reference):
                                       for a, b in zip(scores, want_scores))
 
 
-def load_engine(engine, paths, requests, thread_counts, pools=(0, 0), environ=None):
+def load_engine(engine, paths, requests, thread_counts, pools=(0, 0), environ=None,
+                search=None):
     """Runs in a fresh process: loads `engine` (a TensorFlow one with `pools`, and `environ`
-    set before TensorFlow starts), then sends `requests` from each thread count's threads in
-    turn. Returns the engine's record."""
+    set before TensorFlow starts; a CTranslate2 one with `search`, read by the parent, so
+    that its process imports no TensorFlow), then sends `requests` from each thread count's
+    threads in turn. Returns the engine's record."""
     os.environ.update(environ or {})  # this process has not loaded TensorFlow yet
-    from keras_transformer.hardware import onednn_on
-
     start = time.perf_counter()
-    answer = engine_answer(engine, paths, pools)
+    answer = engine_answer(engine, paths, pools, search)
     answer(requests[0])  # warm-up, not counted: the first run optimizes the graph
     record = {"load_and_warmup_s": round(time.perf_counter() - start, 2), "threads": {}}
     if engine == "ctranslate2":
         record["setting"] = label(pools)  # CTranslate2's workers x threads
     elif engine != "ctranslate2-lane":
+        # (imported here: keras_transformer imports TensorFlow, which a CTranslate2 engine's
+        # process never loads, so that its peak RSS is CTranslate2's alone)
+        from keras_transformer.hardware import onednn_on
+
         record["intra_op_threads"], record["inter_op_threads"] = pools
         record["onednn"] = onednn_on()
     total = len(requests) * len(thread_counts)
@@ -373,12 +384,16 @@ def main(argv=None):
                 runs += [(f"ctranslate2 {label(s)}", engine, s) for s in threading_grid()]
             else:
                 runs.append((engine, engine, (args.intra_op_threads, args.inter_op_threads)))
+        # The CTranslate2 engines' search, read here: their processes import no TensorFlow.
+        search = search_of(paths) if any(e.startswith("ctranslate2") for e in args.engines) \
+            else None
         for name, engine, pools in runs:  # a fresh process each: its own peak RSS
             context = multiprocessing.get_context("spawn")
             with context.Pool(1) as pool:
                 engines[name] = pool.apply(load_engine, (
                     engine, paths, requests, thread_counts, pools,
-                    environ if not engine.startswith("ctranslate2") else {}))
+                    environ if not engine.startswith("ctranslate2") else {},
+                    search if engine.startswith("ctranslate2") else None))
     from keras_transformer.hardware import cpu_class, cpu_model
 
     record = {

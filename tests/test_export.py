@@ -24,13 +24,33 @@ from tests.training_helpers import run_python
 SENTENCES = 48
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
-# Runs in a fresh interpreter: only tensorflow and tensorflow_text may be imported.
+# Runs in one fresh interpreter, in two stages. First TensorFlow only (no tensorflow_text): checks
+# op types against its registry, then loads an ids-only SavedModel and translates a row. Then,
+# with tensorflow_text imported as well (and still none of our code), the full SavedModel.
 FRESH_PROCESS = textwrap.dedent("""
     import json, sys
     from concurrent.futures import ThreadPoolExecutor
     import tensorflow as tf
+    from tensorflow.python.framework import op_def_registry
+    from tensorflow.python.framework import kernels
+    ids_only, ops, directory, inputs, outputs = sys.argv[1:6]
+    ops = json.loads(ops)
+
+    # -- TensorFlow only.
+    missing = [op for op in ops if op_def_registry.get(op) is None]
+    def has_cpu_kernel(op):
+        found = kernels.get_registered_kernels_for_op(op).kernel
+        return any(k.device_type in ("CPU", "DEFAULT") for k in found)
+    no_cpu = [op for op in ops if op_def_registry.get(op) is not None and not has_cpu_kernel(op)]
+    loaded_ids_only = tf.saved_model.load(ids_only)
+    out = loaded_ids_only.signatures["translate_ids"](source_ids=tf.constant([[10, 11, 2]]),
+        beam_size=tf.constant(1), alpha=tf.constant(0.0))
+    tensorflow_only = {"missing": missing, "no_cpu_kernel": no_cpu,
+                       "ids": out["ids"].numpy().tolist(),
+                       "tensorflow_text": "tensorflow_text" in sys.modules}
+
+    # -- tensorflow and tensorflow_text only.
     import tensorflow_text  # noqa: F401
-    directory, inputs, outputs = sys.argv[1:4]
     sentences = json.load(open(inputs, encoding="utf-8"))
     loaded = tf.saved_model.load(directory)
     serve = loaded.signatures["serving_default"]
@@ -62,6 +82,7 @@ FRESH_PROCESS = textwrap.dedent("""
     # The restored function keeps the defaults (beam 4, alpha 0.6).
     default = [t.decode() for t in loaded.serve(tf.constant(sentences[:3]))["translations"].numpy()]
     json.dump({
+        "tensorflow_only": tensorflow_only,
         "translations": everything, "sequential": sequential, "concurrent": concurrent,
         "edge": [t.decode("utf-8") for t in edge["translations"].numpy()],
         "edge_scores": edge["scores"].numpy().tolist(),
@@ -72,58 +93,19 @@ FRESH_PROCESS = textwrap.dedent("""
     }, open(outputs, "w", encoding="utf-8"))
 """)
 
-# Runs in a fresh interpreter that imports TensorFlow only (no tensorflow_text): checks op
-# types against its registry first, then loads an ids-only SavedModel and translates a row.
-TF_ONLY_PROCESS = textwrap.dedent("""
-    import json, sys
-    import tensorflow as tf
-    from tensorflow.python.framework import op_def_registry
-    from tensorflow.python.framework import kernels
-    directory, ops = sys.argv[1], json.loads(sys.argv[2])
-    missing = [op for op in ops if op_def_registry.get(op) is None]
-    def has_cpu_kernel(op):
-        found = kernels.get_registered_kernels_for_op(op).kernel
-        return any(k.device_type in ("CPU", "DEFAULT") for k in found)
-    no_cpu = [op for op in ops if op_def_registry.get(op) is not None and not has_cpu_kernel(op)]
-    loaded = tf.saved_model.load(directory)
-    out = loaded.signatures["translate_ids"](source_ids=tf.constant([[10, 11, 2]]),
-        beam_size=tf.constant(1), alpha=tf.constant(0.0))
-    print(json.dumps({"missing": missing, "no_cpu_kernel": no_cpu,
-                      "ids": out["ids"].numpy().tolist(),
-                      "tensorflow_text": "tensorflow_text" in sys.modules}))
-""")
-
-
-# Runs `keras-transformer saved-model-cli` once per command given, each after a separator line
-# on stdout; fails unless each exits with status 0.
-SEPARATOR = "=== next command ===\n"
-SAVED_MODEL_CLI = textwrap.dedent(f"""
-    import json, sys
-    from keras_transformer import cli
-    for arguments in json.loads(sys.argv[1]):
-        print({SEPARATOR!r}, end="", flush=True)
-        try:
-            status = cli.main(["saved-model-cli", *arguments])
-        except SystemExit as exit:
-            status = exit.code or 0
-        sys.stdout.flush()
-        if status:
-            sys.exit(status)
-""")
-
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, shared_data):
-    """A tiny model trained briefly on Multi30k en-de (vocabulary and model real, quality low)."""
+    """A tiny model trained briefly on Multi30k en-de (vocabulary and model real, quality low),
+    in this process (what `keras-transformer train` with the same flags trains)."""
+    from keras_transformer.runs import make_config
+    from keras_transformer.training import train
+
     folder = tmp_path_factory.mktemp("export")
-    result = run_python(
-        "-m", "keras_transformer.cli", "train", "--preset", "tiny", "--dropout", "0",
-        "--dataset", "multi30k", "--source-dir", str(shared_data / "multi30k"),
-        "--data-dir", str(folder / "tfds"), "--vocab-size", "1000", "--train-steps", "300",
-        "--eval-steps", "300", "--warmup-steps", "100", "--tokens-per-batch", "2048",
-        "--output-dir", str(folder / "run"), "--verbose", "0",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    train(make_config(
+        preset="tiny", dropout=0.0, dataset="multi30k", source_dir=str(shared_data / "multi30k"),
+        data_dir=str(folder / "tfds"), vocab_size=1000, train_steps=300, eval_steps=300,
+        warmup_steps=100, tokens_per_batch=2048, output_dir=str(folder / "run"), verbose=0))
     return folder / "run"
 
 
@@ -151,15 +133,35 @@ def in_process(run_dir, test_set):
     return translator
 
 
+@pytest.fixture(scope="module")
+def ids_only_model(tiny_run, tmp_path_factory):
+    """tiny_run exported with the ids signatures only (no tensorflow-text ops)."""
+    return export.export_run(run_decoder(tiny_run),
+                             output_dir=tmp_path_factory.mktemp("ids-only"), name="toy",
+                             ids_only=True)
+
+
+@pytest.fixture(scope="module")
+def fresh_process(saved_model, ids_only_model, test_set, tmp_path_factory):
+    """The answers of one fresh interpreter (FRESH_PROCESS): first TensorFlow only (the op
+    types of the full export's translate_ids in its registry, the ids-only export loaded),
+    then with tensorflow_text (the full export translating the test sentences). Returns
+    (those op types, its answers)."""
+    ids_ops = export.signature_op_types(saved_model, "translate_ids")
+    folder = tmp_path_factory.mktemp("fresh-process")
+    inputs, outputs = folder / "in.json", folder / "out.json"
+    inputs.write_text(json.dumps(test_set[0]), encoding="utf-8")
+    result = run_python("-c", FRESH_PROCESS, str(ids_only_model), json.dumps(ids_ops),
+                        str(saved_model), str(inputs), str(outputs))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return ids_ops, json.loads(outputs.read_text(encoding="utf-8"))
+
+
 @pytest.mark.slow
 def test_saved_model_in_a_fresh_process_matches_in_process_beam_search(
-        saved_model, in_process, test_set, tmp_path):
+        fresh_process, in_process, test_set):
     sources, _ = test_set
-    inputs, outputs = tmp_path / "in.json", tmp_path / "out.json"
-    inputs.write_text(json.dumps(sources), encoding="utf-8")
-    result = run_python("-c", FRESH_PROCESS, str(saved_model), str(inputs), str(outputs))
-    assert result.returncode == 0, result.stderr[-3000:]
-    served = json.loads(outputs.read_text(encoding="utf-8"))
+    _, served = fresh_process
     assert served["modules"] == []  # none of our code was imported there
 
     expected = in_process.translate(sources)
@@ -179,27 +181,10 @@ def test_saved_model_in_a_fresh_process_matches_in_process_beam_search(
     assert served["default"] == expected[:3]
 
 
-@pytest.fixture(scope="module")
-def ids_only_model(tiny_run, tmp_path_factory):
-    """tiny_run exported with the ids signatures only (no tensorflow-text ops)."""
-    return export.export_run(run_decoder(tiny_run),
-                             output_dir=tmp_path_factory.mktemp("ids-only"), name="toy",
-                             ids_only=True)
-
-
-@pytest.fixture(scope="module")
-def tensorflow_only(saved_model, ids_only_model):
-    """(op types of the full export's translate_ids, the answers of one fresh process that
-    imports TensorFlow only: those ops in its registry, and the ids-only export loaded)."""
-    ids_ops = export.signature_op_types(saved_model, "translate_ids")
-    result = run_python("-c", TF_ONLY_PROCESS, str(ids_only_model), json.dumps(ids_ops))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return ids_ops, json.loads(result.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.slow
-def test_translate_ids_uses_core_tensorflow_ops_only(saved_model, tensorflow_only):
-    ids_ops, check = tensorflow_only
+def test_translate_ids_uses_core_tensorflow_ops_only(saved_model, fresh_process):
+    ids_ops, served = fresh_process
+    check = served["tensorflow_only"]
     serve_ops = export.signature_op_types(saved_model, "serving_default")
     assert "While" in ids_ops or "StatelessWhile" in ids_ops
     assert "SentencepieceOp" in serve_ops  # the walk sees the tokenizer where it is used
@@ -209,21 +194,33 @@ def test_translate_ids_uses_core_tensorflow_ops_only(saved_model, tensorflow_onl
 
 
 @pytest.mark.slow
-def test_ids_only_saved_model_loads_without_tensorflow_text(tensorflow_only):
-    _, loaded = tensorflow_only
+def test_ids_only_saved_model_loads_without_tensorflow_text(fresh_process):
+    loaded = fresh_process[1]["tensorflow_only"]
     assert loaded["tensorflow_text"] is False
     assert loaded["ids"][0][-1] == 2, loaded["ids"]
 
 
 @pytest.mark.slow
-def test_saved_model_cli_show_and_run(saved_model):
-    # Both commands in one process (saved_model_cli ends each with SystemExit).
+def test_saved_model_cli_show_and_run(saved_model, capsys, monkeypatch):
+    # `keras-transformer saved-model-cli`, both commands in this process (its entry point;
+    # saved_model_cli ends each with SystemExit, and sets sys.argv).
+    from keras_transformer import cli
+
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
     commands = [["show", "--dir", str(saved_model), "--all"],
                 ["run", "--dir", str(saved_model), "--tag_set", "serve", "--signature_def",
                  "serving_default", "--input_exprs", 'sentences=["A dog runs."]']]
-    result = run_python("-c", SAVED_MODEL_CLI, json.dumps(commands))
-    assert result.returncode == 0, result.stderr[-3000:]
-    _, show, run = result.stdout.split(SEPARATOR)
+    outputs = []
+    for arguments in commands:
+        capsys.readouterr()
+        try:
+            status = cli.main(["saved-model-cli", *arguments])
+        except SystemExit as exit:
+            status = exit.code or 0
+        out, err = capsys.readouterr()
+        assert status == 0, (arguments[0], err[-3000:])
+        outputs.append(out)
+    show, run = outputs
     for line in ("signature_def['serving_default']", "signature_def['translate_ids']",
                  "inputs['sentences'] tensor_info:", "inputs['source_ids'] tensor_info:",
                  "dtype: DT_STRING", "dtype: DT_INT32", "shape: (-1, -1)"):
