@@ -26,6 +26,10 @@ from tests.conftest import run_engine
 from tests.search_helpers import source_rows, tiny_model
 
 VOCAB = 40
+# JAX children compile without XLA's backend optimizations: the tests compare outputs and
+# check that things run, not speed, and the compilations cost about 30% less CPU.
+FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
+                          " --xla_backend_optimization_level=0").strip()}
 
 
 def repeats(row, n):
@@ -144,41 +148,73 @@ def sources():
 CONTROLS = dict(no_repeat_ngram_size=2, repetition_penalty=1.3)
 
 
+class Searches:
+    """The searches of `model` (beam 4 and alpha 0.6, or greedy), each built once for the
+    module and its outputs on `sources` found once: the tests that ask for the same search
+    share one trace (and its first run) instead of tracing it again."""
+
+    def __init__(self, model, sources):
+        self.model, self.sources, self.built, self.outputs = model, sources, {}, {}
+
+    @staticmethod
+    def _key(kind, options):
+        return kind, tuple(sorted(options.items()))
+
+    def search(self, kind, **options):
+        """compiled_beam_search(model, 4, 0.6, **options) or compiled_greedy_search(model,
+        **options), built on first use."""
+        key = self._key(kind, options)
+        if key not in self.built:
+            self.built[key] = (compiled_greedy_search(self.model, **options) if kind == "greedy"
+                               else compiled_beam_search(self.model, 4, 0.6, **options))
+        return self.built[key]
+
+    def run(self, kind, **options):
+        """That search's outputs on `sources`."""
+        key = self._key(kind, options)
+        if key not in self.outputs:
+            self.outputs[key] = self.search(kind, **options)(self.sources)
+        return self.outputs[key]
+
+
+@pytest.fixture(scope="module")
+def searches(model, sources):
+    return Searches(model, sources)
+
+
 def _best(outputs):
     ids = outputs["ids"] if isinstance(outputs, dict) else outputs[0]
     ids = np.asarray(ids)
     return ids[:, 0] if ids.ndim == 3 else ids
 
 
-def test_the_random_model_stutters_and_the_controls_stop_it(model, sources):
+def test_the_random_model_stutters_and_the_controls_stop_it(searches):
     """An untrained model repeats one token ("Gestestestest"); both searches, compact (the
     default on TensorFlow's graphs) and not, stop it with the n-gram rule."""
-    for search in (compiled_beam_search(model, 4, 0.6), compiled_greedy_search(model)):
-        assert max(repeats(row, 2) for row in _best(search(sources))) > 3
-    for search in (compiled_beam_search(model, 4, 0.6, **CONTROLS),
-                   compiled_greedy_search(model, **CONTROLS),
-                   compiled_beam_search(model, 4, 0.6, no_repeat_ngram_size=1)):
-        assert [repeats(row, 2) for row in _best(search(sources))] == [0] * 4
-    penalized_only = compiled_beam_search(model, 4, 0.6, repetition_penalty=3.0)(sources)
-    assert not np.array_equal(_best(penalized_only),
-                              _best(compiled_beam_search(model, 4, 0.6)(sources)))
+    for kind in ("beam", "greedy"):
+        assert max(repeats(row, 2) for row in _best(searches.run(kind))) > 3
+    for kind, options in (("beam", CONTROLS), ("greedy", CONTROLS),
+                          ("beam", dict(no_repeat_ngram_size=1))):
+        assert [repeats(row, 2) for row in _best(searches.run(kind, **options))] == [0] * 4
+    penalized_only = searches.run("beam", repetition_penalty=3.0)
+    assert not np.array_equal(_best(penalized_only), _best(searches.run("beam")))
 
 
-def test_xla_gives_the_graphs_outputs_with_the_controls_on(model, sources):
-    for build in (lambda **kw: compiled_beam_search(model, 4, 0.6, **kw),
-                  lambda **kw: compiled_greedy_search(model, **kw)):
-        graph, xla = build(**CONTROLS)(sources), build(jit_compile=True, **CONTROLS)(sources)
+def test_xla_gives_the_graphs_outputs_with_the_controls_on(searches):
+    for kind in ("beam", "greedy"):
+        graph = searches.run(kind, **CONTROLS)
+        xla = searches.run(kind, jit_compile=True, **CONTROLS)
         np.testing.assert_array_equal(_best(xla), _best(graph))
         scores = (lambda o: np.asarray(o["scores"] if isinstance(o, dict) else o[1]))
         np.testing.assert_allclose(scores(xla), scores(graph), atol=1e-4)
 
 
-def test_a_prefix_that_repeats_an_ngram_is_still_written(model, sources):
+def test_a_prefix_that_repeats_an_ngram_is_still_written(searches, sources):
     prefix = np.zeros((4, 4), np.int32)
     prefix[0] = [9, 10, 9, 10]  # a repeated bigram in the prefix itself
     prefix[2, :2] = [11, 11]
-    for search in (compiled_beam_search(model, 4, 0.6, with_prefix=True, **CONTROLS),
-                   compiled_greedy_search(model, with_prefix=True, **CONTROLS)):
+    for search in (searches.search("beam", with_prefix=True, **CONTROLS),
+                   searches.search("greedy", with_prefix=True, **CONTROLS)):
         outputs = search(sources, prefix)
         best = _best(outputs)
         assert best[0, :4].tolist() == [9, 10, 9, 10] and best[2, :2].tolist() == [11, 11]
@@ -187,12 +223,12 @@ def test_a_prefix_that_repeats_an_ngram_is_still_written(model, sources):
         assert [repeats(row, 2) for row in best[[1, 3]]] == [0, 0]  # no prefix there
 
 
-def test_a_constraint_whose_phrase_repeats_a_bigram_is_still_met(model, sources):
+def test_a_constraint_whose_phrase_repeats_a_bigram_is_still_met(searches, sources):
     constraints = np.zeros((4, 2, 4), np.int32)
     constraints[0, 0] = [9, 10, 9, 10]  # the phrase repeats the bigram "9 10"
     constraints[1, 0, :3] = [12, 12, 12]
     constraints[1, 1, :2] = [13, 14]
-    search = compiled_beam_search(model, 4, 0.6, with_constraints=True, **CONTROLS)
+    search = searches.search("beam", with_constraints=True, **CONTROLS)
     outputs = search(sources, constraints)
     for row, phrases in zip(np.asarray(outputs["ids"])[:, 0], constraints):
         tokens = [int(t) for t in row]
@@ -228,16 +264,17 @@ def test_hostile_values_are_refused_by_name():
     assert Request().engine_options() == {}
 
 
-def test_off_the_searches_build_the_graphs_they_built_before(model):
+def test_off_the_searches_build_the_graphs_they_built_before(searches):
     """With the controls at their defaults, the traced searches hold the same nodes as with
-    no controls at all (nothing is built for them); on, they hold more."""
+    no controls at all (nothing is built for them); on, they hold more. (The searches the
+    other tests ran are traced once, by their input signature: the same graphs.)"""
     def nodes(search):
         graph = search.get_concrete_function().graph.as_graph_def()
         return len(graph.node) + sum(len(f.node_def) for f in graph.library.function)
 
-    for build in (lambda **kw: compiled_beam_search(model, 4, 0.6, **kw),
-                  lambda **kw: compiled_beam_search(model, 4, 0.6, with_constraints=True, **kw),
-                  lambda **kw: compiled_greedy_search(model, **kw)):
+    for build in (lambda **kw: searches.search("beam", **kw),
+                  lambda **kw: searches.search("beam", with_constraints=True, **kw),
+                  lambda **kw: searches.search("greedy", **kw)):
         off = nodes(build(no_repeat_ngram_size=0, repetition_penalty=1.0))
         assert off == nodes(build())
         assert nodes(build(**CONTROLS)) > off
@@ -268,19 +305,19 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
-def test_jax_gives_tensorflows_outputs_with_the_controls_on(model, sources, tmp_path):
+def test_jax_gives_tensorflows_outputs_with_the_controls_on(model, sources, searches,
+                                                          tmp_path):
     weights, rows = tmp_path / "tiny.weights.h5", tmp_path / "sources.npy"
     model.save_weights(weights)
     np.save(rows, sources)
     script = JAX_SCRIPT.format(vocab=VOCAB, controls=repr(CONTROLS))
     result = subprocess.run([sys.executable, "-c", script, str(weights), str(rows)],
                             capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "KERAS_BACKEND": "jax"})
+                            env={**os.environ, "KERAS_BACKEND": "jax", **FAST_XLA})
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
-    for name, search in [("beam", compiled_beam_search(model, 4, 0.6, **CONTROLS)),
-                         ("greedy", compiled_greedy_search(model, **CONTROLS))]:
-        expected = search(sources)
+    for name in ("beam", "greedy"):
+        expected = searches.run(name, **CONTROLS)
         ids = _best(expected)
         jax_ids = np.asarray(found[name][0])
         jax_ids = jax_ids[:, 0] if jax_ids.ndim == 3 else jax_ids
