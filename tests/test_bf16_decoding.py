@@ -31,10 +31,19 @@ def trained(tiny_run, toy_corpus):
     return run.load_model(), run.vocabulary(), sentences
 
 
-def _translator(trained, precision, beam_size):
-    model, vocabulary, _ = trained
-    return Translator(model, vocabulary, beam_size=beam_size, alpha=0.6, batch_size=8,
-                      max_input_length=32, precision=precision)
+@pytest.fixture(scope="module")
+def translators(trained):
+    """Translators of the tiny run's model by (precision, beam size), each built (and its
+    search traced) once for the module's tests."""
+    class Translators(dict):
+        def __missing__(self, key):
+            precision, beam_size = key
+            model, vocabulary, _ = trained
+            self[key] = Translator(model, vocabulary, beam_size=beam_size, alpha=0.6,
+                                   batch_size=8, max_input_length=32, precision=precision)
+            return self[key]
+
+    return Translators()
 
 
 def _source(translator, sentences):
@@ -53,17 +62,18 @@ def _best_ids(translator, sentences):
 
 
 @pytest.mark.parametrize("beam_size", [1, pytest.param(4, marks=pytest.mark.slow)])
-def test_a_bf16_search_returns_the_float32_ids_on_most_sentences(trained, beam_size):
+def test_a_bf16_search_returns_the_float32_ids_on_most_sentences(trained, translators,
+                                                                 beam_size):
     sentences = trained[2]
-    float32 = _best_ids(_translator(trained, "float32", beam_size), sentences)
-    bf16 = _best_ids(_translator(trained, "bfloat16", beam_size), sentences)
+    float32 = _best_ids(translators["float32", beam_size], sentences)
+    bf16 = _best_ids(translators["bfloat16", beam_size], sentences)
     same = np.mean([a == b for a, b in zip(float32, bf16)])
     assert len(sentences) >= 40 and same >= 0.9, same
 
 
-def test_float32_searches_the_model_itself_as_before(trained):
+def test_float32_searches_the_model_itself_as_before(trained, translators):
     model, _, sentences = trained
-    translator = _translator(trained, "float32", 4)
+    translator = translators["float32", 4]
     assert translator.model is model and translator.precision == "float32"
     source = _source(translator, sentences[:6])
     today = compiled_beam_search(model, 4, 0.6)(source)
@@ -96,9 +106,9 @@ def _variable_casts(search):
     return count
 
 
-def test_the_weights_are_cast_once_when_the_translator_is_built(trained):
+def test_the_weights_are_cast_once_when_the_translator_is_built(trained, translators):
     model, vocabulary, _ = trained
-    translator = _translator(trained, "bfloat16", 4)
+    translator = translators["bfloat16", 4]
     assert _dtypes(translator.model) == BF16
     assert {v.dtype for v in model.weights} == {"float32"}  # the caller's model is untouched
     np.testing.assert_allclose(_first_weight(translator.model), _first_weight(model), rtol=1e-2,

@@ -1,3 +1,5 @@
+import contextlib
+
 import pytest
 
 from keras_transformer import PRESETS, Transformer, cli, get_preset
@@ -6,11 +8,29 @@ VOCAB = 37000
 _counts = {}
 
 
+@contextlib.contextmanager
+def shapes_only():
+    """Variables made in the block have their shapes but no values: Keras defers their
+    initialisation in a stateless scope, and here never runs it (the 63-214M random weights
+    were most of what a count cost, and a count reads only shapes). The deferred variables are
+    dropped afterwards, so that no later scope of this process initialises them."""
+    import keras
+    from keras.src.backend.common import global_state
+
+    before = list(global_state.get_global_attribute("uninitialized_variables", []))
+    try:
+        with keras.StatelessScope(initialize_variables=False):
+            yield
+    finally:
+        global_state.set_global_attribute("uninitialized_variables", before)
+
+
 def params(name):
     if name not in _counts:
-        model = Transformer.from_preset(name, vocab_size=VOCAB)
-        model.build()
-        _counts[name] = model.count_params()
+        with shapes_only():
+            model = Transformer.from_preset(name, vocab_size=VOCAB)
+            model.build()
+            _counts[name] = model.count_params()
     return _counts[name] / 1e6
 
 
