@@ -19,12 +19,14 @@ PAIRS = 160  # 120 training pairs (the last 40 are the dev set)
 
 def student_flags(output_dir, *extra):
     """A tiny student, decoded and trained in float32 (the same bytes on every CPU class);
-    search batches of 4 sentences, i.e. windows of 64 lines: 2 windows for 120 sources."""
+    search batches of 4 sentences, i.e. windows of 64 lines: 2 windows for 120 sources. One
+    layer each side (half the graph each student training traces), and no best.keras (a model
+    file written at each improving evaluation: tests/test_early_stopping.py checks it)."""
     return ["--output-dir", str(output_dir), "--preset", RUNTIME_PRESET, "--vocab-size", "300",
             "--tokens-per-batch", "256", "--warmup-steps", "20", "--train-steps", "4",
             "--checkpoint-steps", "2", "--eval-steps", "4", "--verbose", "0",
             "--precision", "float32", "--teacher-precision", "float32",
-            "--teacher-batch-size", "4", *extra]
+            "--teacher-batch-size", "4", "--no-keep-best", "--num-layers", "1", *extra]
 
 
 @pytest.fixture(scope="module")

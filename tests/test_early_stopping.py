@@ -24,7 +24,10 @@ from tests.training_helpers import train_command, wait_for
 # tiny model stops making after a few dozen steps.
 SETTINGS = ("--train-steps", "100000", "--eval-steps", "10", "--checkpoint-steps", "10",
             "--early-stopping-patience", "2", "--early-stopping-min-delta", "0.2",
-            "--keep-checkpoints", "100", "--checkpoint-minutes", "60")
+            "--keep-checkpoints", "100", "--checkpoint-minutes", "60",
+            # one layer each side (the tiny preset's two, halved): half the graph each
+            # training traces
+            "--num-layers", "1")
 STOP_LINE = (r"^early stopping at step (\d+): dev loss has not improved by at least 0\.2 in 2 "
              r"evaluations; the best, loss (\S+) at step (\d+), is (\S+)$")
 

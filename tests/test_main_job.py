@@ -128,8 +128,10 @@ def test_the_demo_job_end_to_end(shared_data, runtime_preset, tmp_path, monkeypa
     monkeypatch.setattr(tuning, "ALPHAS", (0.6, 1.0))  # two beam searches on val, not four
     # and one more for the repetition controls (off is the chosen alpha's own output)
     monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (tuning.REPETITION_OFF, (3, 1.0)))
-    settings = dict(preset=runtime_preset, vocab_size=400, tokens_per_batch=512, max_length=32,
-                    precision="float32", source_dir=str(shared_data / "multi30k"), verbose=0)
+    # One layer each side (the preset's two, halved): half the graph to trace and export.
+    settings = dict(preset=runtime_preset, num_layers=1, vocab_size=400, tokens_per_batch=512,
+                    max_length=32, precision="float32", source_dir=str(shared_data / "multi30k"),
+                    verbose=0)
     run_dir, exports = tmp_path / "run", tmp_path / "exports"
     summary = main_job.run(tgt_lang="de",
                            output_dir=str(run_dir), export_dir=str(exports), train_steps=10,

@@ -21,9 +21,12 @@ from tests.training_helpers import train_command, wait_for, write_corpus
 STEPS = 8
 # One optimizer step per Keras epoch (eval_steps 1), so that `--verbose 2` prints each step's
 # training loss (Keras' line per epoch) and its dev loss; two accumulated batches a step, so
-# that the signal must wait for the step's second batch.
+# that the signal must wait for the step's second batch. No best.keras: a dev loss that
+# improves at most steps would write one at each (best.keras is tests/test_early_stopping.py's).
+# One layer each side (the tiny preset's two, halved): half the graph each process traces.
 SETTINGS = ("--train-steps", str(STEPS), "--eval-steps", "1", "--grad-accum-steps", "2",
-            "--checkpoint-minutes", "60", "--shard-pairs", "60", "--verbose", "2")
+            "--checkpoint-minutes", "60", "--shard-pairs", "60", "--verbose", "2",
+            "--no-keep-best", "--num-layers", "1")
 
 
 def step_losses(*outputs):

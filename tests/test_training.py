@@ -18,6 +18,11 @@ from keras_transformer.runs.run import average_checkpoints, checkpoint_step, lis
 from keras_transformer.training import NanGuard, TrainingError, compile_model
 from tests.training_helpers import kill_once_exists, run, train_command
 
+# The trainings here are of one layer each side (the tiny preset's two, halved): what they
+# check does not depend on the depth, and a step's graph (traced in each training) is about
+# half as big.
+ONE_LAYER = ("--num-layers", "1")
+
 
 def test_invalid_config_keys_and_values_are_named(tmp_path):
     bad_key = tmp_path / "bad.yaml"
@@ -120,7 +125,7 @@ def build_model(config, vocab_size):
 @pytest.mark.parametrize("precision", ["float32", "mixed_float16"])
 def test_checkpoints_hold_every_weight_and_optimizer_variable(tmp_path, precision):
     # Under mixed_float16 the optimizer is a LossScaleOptimizer: its loss scale is saved too.
-    config = make_config(preset="tiny", precision=precision).resolved()
+    config = make_config(preset="tiny", num_layers=1, precision=precision).resolved()
     keras.mixed_precision.set_global_policy(precision)
     try:
         model = build_model(config, 40)
@@ -155,7 +160,7 @@ def test_killed_run_resumes_from_its_last_checkpoint(toy_corpus, tmp_path, capsy
 
     run_dir = tmp_path / "run"
     command = train_command(toy_corpus, run_dir, "--train-steps", "30", "--checkpoint-steps",
-                            "10", "--eval-steps", "30")
+                            "10", "--eval-steps", "30", *ONE_LAYER)
     # A child process, SIGKILLed as soon as its checkpoint of step 20 is complete (its JSON
     # is written last).
     error = kill_once_exists(command, run_dir / "checkpoints" / "ckpt-20.json")
@@ -194,7 +199,7 @@ MIRRORED_SCRIPT = textwrap.dedent("""
     def compile_sgd(model):
         model.compile(optimizer=keras.optimizers.SGD(0.5), loss=LabelSmoothedCrossEntropy(0.1))
 
-    config = make_config(preset="tiny", dropout=0.0, warmup_steps=10).resolved()
+    config = make_config(preset="tiny", num_layers=1, dropout=0.0, warmup_steps=10).resolved()
     rng = np.random.default_rng(0)
 
     def batch(rows, src_len, tgt_len):
@@ -261,7 +266,8 @@ def test_multiworker_training_on_localhost_keeps_workers_identical(toy_corpus, t
     run_dir = tmp_path / "run"
     workers = [f"localhost:{free_port()}" for _ in range(2)]
     command = train_command(toy_corpus, run_dir, "--strategy", "multiworker", "--train-steps", "6",
-                            "--checkpoint-steps", "3", "--eval-steps", "3", "--shard-pairs", "100")
+                            "--checkpoint-steps", "3", "--eval-steps", "3", "--shard-pairs", "100",
+                            *ONE_LAYER)
     processes = []
     for index in range(2):
         env = dict(os.environ, TF_CONFIG=json.dumps(
@@ -310,7 +316,7 @@ def test_training_options_reach_the_requested_steps(toy_corpus, tmp_path, capsys
     from keras_transformer import cli
 
     command = train_command(toy_corpus, tmp_path / "run", "--train-steps", "6", "--eval-steps",
-                            "3", *options)
+                            "3", *ONE_LAYER, *options)
     assert cli.main(command[3:]) == 0
     assert keras.mixed_precision.global_policy().name == "float32"
     out = capsys.readouterr().out

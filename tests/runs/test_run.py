@@ -57,7 +57,8 @@ def test_a_moved_run_with_a_changed_preset_evaluates_averages_and_resumes_as_sav
         assert averaged.d_model == 32
         # resume
         capsys.readouterr()
-        summary = train(toy_config(toy_corpus, moved, train_steps=25))
+        # keep_best off (here and below): best.keras is tests/test_early_stopping.py's.
+        summary = train(toy_config(toy_corpus, moved, train_steps=25, keep_best=False))
         out = capsys.readouterr().out
         assert re.search(r"resumed from .*renamed/checkpoints/ckpt-20\.weights\.h5 at step 20",
                          out), out
@@ -98,7 +99,7 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_is_used(
 
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        summary = train(toy_config(toy_corpus, run_copy, train_steps=30))
+        summary = train(toy_config(toy_corpus, run_copy, train_steps=30, keep_best=False))
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
                 and "damaged" in r.getMessage()]
     assert len(warnings) == 1 and "ckpt-20" in warnings[0], warnings
@@ -206,8 +207,9 @@ def test_a_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(
     # checkpoint and resumed must end with the weights of a run that never stopped. Small
     # shards (several groups and epochs in 12 steps) and gradient accumulation make the data
     # position more than the step.
+    # One layer each side (the preset's two, halved): half the graph each training traces.
     settings = dict(dropout=0.0, shard_pairs=60, grad_accum_steps=2, tokens_per_batch=128,
-                    train_steps=12, checkpoint_steps=6, eval_steps=12)
+                    train_steps=12, checkpoint_steps=6, eval_steps=12, num_layers=1)
     train(toy_config(toy_corpus, tmp_path / "whole", **settings))
     # The killed run: the uninterrupted run's files as they were between steps 6 and 12 (its
     # step-6 checkpoint; no later checkpoint, final model or best model yet).
