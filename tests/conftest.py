@@ -25,29 +25,26 @@ SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "d
 
 # -- Order and grouping on the workers (`make test`: pytest -n 3 --dist loadfile) -----------
 
-# The files that cost most in `make test` (seconds of test time per file in a fresh-clone
-# `make test` on three workers, rounded; measured 2026-11-28 on a 2-core AVX-512 Intel Xeon,
-# so only their order matters), run first so that the workers end together; the others
-# follow in collection order. A unit of SAME_WORKER counts its files together. A new heavy
-# file belongs here.
+# The files that cost most in `make test` (CPU-seconds per file in a fresh-clone `make test`
+# with `--cpu-report`, rounded; measured 2026-12-02 on a 2-core amx-class Intel Xeon in a slow
+# phase, so only their order matters; test_serving.py counts test_serving_tf1.py, which runs on
+# its worker), run first so that the workers end together; the others follow in collection
+# order. A unit of SAME_WORKER counts its files together. A new heavy file belongs here.
 HEAVY_FILES = {
-    "tests/test_export.py": 481, "tests/test_serving.py": 340, "tests/test_multilingual.py": 296,
-    "tests/test_training.py": 265, "tests/test_alignment.py": 239, "tests/test_distill.py": 223,
-    "tests/test_search_fixtures.py": 177, "tests/test_disk_full.py": 162,
-    "tests/test_backends.py": 149, "tests/test_search.py": 141,
-    "tests/test_decoding_controls.py": 126, "tests/test_constraints.py": 120,
-    "tests/test_search_jax.py": 117, "tests/test_gpu_kit.py": 116, "tests/runs/test_run.py": 115,
-    "tests/test_early_stopping.py": 109, "tests/test_preemption.py": 108,
-    "tests/test_bf16_decoding.py": 106, "tests/runs/test_parent.py": 102,
-    "tests/test_bf16_training.py": 92, "tests/test_model.py": 90, "tests/test_translate.py": 86,
-    "tests/test_presets.py": 70, "tests/test_xla.py": 69, "tests/test_loading.py": 68,
-    "tests/test_ensemble.py": 67, "tests/test_compact_search.py": 65,
-    "tests/test_tensorboard.py": 61, "tests/runs/test_old_runs.py": 60,
-    "tests/test_alignment_commands.py": 60,
-    # 2026-12-02, amx-class Intel Xeon, CPU-seconds in a loaded `--cpu-report` run: the demo
-    # job end to end, the repetition controls and their choice on val.
-    "tests/test_main_job.py": 100, "tests/test_repetition.py": 69,
-    "tests/test_repetition_choice.py": 60,
+    "tests/test_serving.py": 303, "tests/test_export.py": 299, "tests/test_alignment.py": 150,
+    "tests/test_multilingual.py": 144, "tests/test_training.py": 129,
+    "tests/test_gpu_kit.py": 124, "tests/test_backends.py": 100,
+    "tests/test_search_fixtures.py": 98, "tests/test_distill.py": 88,
+    "tests/test_constraints.py": 82, "tests/test_main_job.py": 80,
+    "tests/test_search_jax.py": 80, "tests/test_repetition.py": 78,
+    "tests/test_disk_full.py": 75, "tests/test_search.py": 71, "tests/test_translate.py": 65,
+    "tests/runs/test_run.py": 64, "tests/test_decoding_controls.py": 63,
+    "tests/test_loading.py": 58, "tests/test_early_stopping.py": 57,
+    "tests/test_bf16_decoding.py": 54, "tests/test_xla.py": 48, "tests/test_model.py": 46,
+    "tests/test_tensorboard.py": 45, "tests/test_ctranslate2.py": 44,
+    "tests/runs/test_old_runs.py": 44, "tests/runs/test_parent.py": 42,
+    "tests/runs/test_checkpoints.py": 42, "tests/test_bf16_training.py": 41,
+    "tests/test_gpu_benchmark.py": 41, "tests/test_preemption.py": 41,
 }
 # Files that share a session fixture run on one worker, as one unit: file -> the file whose
 # worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads).
