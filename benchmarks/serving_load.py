@@ -7,28 +7,23 @@ fixed count of requests per thread count; every answer checked against the singl
         --ctranslate2-model EXPORTS/NAME/ctranslate2 --sentences lines.txt  # no training
     python benchmarks/serving_load.py --tiny                # a smoke run (few requests)
 
-Engines (--engines, comma-separated; each runs in a fresh process of its own, so that its peak
-RSS is its own):
+Engines (--engines, comma-separated; each in a fresh process of its own, the CTranslate2 ones
+without TensorFlow, so that its peak RSS is its own):
 
     session      TensorFlow Serving's way, on the default export (its text signatures batch
-                 concurrent requests in the graph, export/batching.py): the SavedModel loaded
-                 into a TF1 Session with tf.compat.v1.saved_model.loader.load (tags "serve"),
-                 shared by the client threads' `session.run` calls; a request gives only
-                 `sentences` and the other inputs of `serving_default` come from the
-                 SignatureDef's `defaults`, as TensorFlow Serving's Predict handler
-                 (servables/tensorflow/predict_util.cc) fills them (`PredictHandler`).
-    session-unbatched  the same on an export made with --no-batching (each request searched
-                 alone, as before the batching).
+                 concurrent requests in the graph): the SavedModel in a TF1 Session
+                 (tf.compat.v1.saved_model.loader.load, tags "serve") shared by the client
+                 threads; a request gives only `sentences`, the other inputs come from the
+                 SignatureDef's `defaults`, as TF Serving's Predict handler fills them.
+    session-unbatched  the same on an export made with --no-batching (each request alone).
     function     a Python server's way: tf.saved_model.load once, `serving_default` called with
                  every input (a Python call applies no defaults: they are read from the same
                  SignatureDef).
     ctranslate2  CTranslate2 itself as its users serve it (`ct2_reference.Reference`): the
                  run's int8 export loaded once, one `translate_batch` per request (the
-                 SavedModel's default beam and alpha, else the request's defaults), run once
-                 per threading setting (`ct2_reference.threading_grid`: workers x threads up
-                 to the core count, and its defaults), each in a fresh process, kept under
-                 `ctranslate2 WxT`; the anchor is the best of them at each client thread count
-                 (`ctranslate2_best`).
+                 SavedModel's default beam and alpha, else the request's defaults), once per
+                 threading setting (`ct2_reference.threading_grid`), each kept under
+                 `ctranslate2 WxT`; the best at each client thread count: `ctranslate2_best`.
     ctranslate2-lane  our CTranslate2 engine (`Decoder(Request(engine="ctranslate2"))`, its
                  default workers and threads) on the same export and search.
 
@@ -47,12 +42,11 @@ empty).
 
 The server's thread pools: `--intra-op-threads N` and `--inter-op-threads N` are TensorFlow
 Serving's `--tensorflow_intra_op_parallelism` and `--tensorflow_inter_op_parallelism` for the
-session and function engines (0, the default: TensorFlow's choice, every core for each). With
-a few rows per search, a matmul cut across cores costs more in handing over than it saves:
-`--intra-op-threads 1` is the setting docs/export.md recommends for serving (measured there).
+session and function engines (0, the default: TensorFlow's choice, every core for each);
+`--intra-op-threads 1` is what docs/export.md recommends for serving (a few rows per search).
 `--no-onednn` starts the engines' processes with TF_ENABLE_ONEDNN_OPTS=0 (the recommended
-server environment): TensorFlow's own kernels instead of oneDNN's, whose per-thread primitive
-caches grow with every new shape of a float32 search. Each record's `onednn` says which ran.
+server environment: oneDNN's per-thread primitive caches grow with every new shape of a
+float32 search). Each record's `onednn` says which ran.
 
 Beside CTranslate2, each other engine's requests/s over CTranslate2's best setting at each
 thread count: `session_ratio_vs_ctranslate2`, `ctranslate2-lane_ratio_vs_ctranslate2` and so on
@@ -60,7 +54,7 @@ thread count: `session_ratio_vs_ctranslate2`, `ctranslate2-lane_ratio_vs_ctransl
 
 Prints one JSON line (cpu_class, load average before and after); exits 1 when any engine has
 an error, a mismatch or RSS growth over 5%. The Session and function engines are
-benchmarks/tf_serving.py's handlers (TF Serving's Predict handler, emulated).
+benchmarks/tf_serving.py's handlers (`PredictHandler`: TF Serving's, emulated).
 """
 
 import argparse
@@ -96,7 +90,8 @@ MAX_RSS_GROWTH = 0.05
 def engine_answer(engine, paths, pools=(0, 0), search=None):
     """A function sentences -> (translations, scores or None) for `engine`, loaded once;
     `pools`: (intra-op, inter-op) threads of a TensorFlow engine (0: TensorFlow's choice);
-    `search`: the CTranslate2 engines' beam_size and alpha (None: `search_of(paths)`)."""
+    `search`: the CTranslate2 engines' beam_size and alpha (read by the parent process,
+    `signature_defaults`; None: the request's defaults)."""
     if engine == "ctranslate2":
         return ctranslate2_answer(paths, pools, search)
     if engine != "ctranslate2-lane":
@@ -112,9 +107,8 @@ def engine_answer(engine, paths, pools=(0, 0), search=None):
     from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.decoding.request import Request
 
-    search = search_of(paths) if search is None else search
     translator = Decoder(Request(engine="ctranslate2", ctranslate2_model=str(
-        paths["ctranslate2"]), **search)).engine()
+        paths["ctranslate2"]), **(search or {}))).engine()
     return lambda sentences: (translator.translate(sentences), None)
 
 
@@ -122,16 +116,10 @@ def ctranslate2_answer(paths, setting, search=None):
     """CTranslate2 as its users serve it (`ct2_reference.Reference`): one Translator of
     `setting` (workers, threads), one translate_batch per request (the GIL released:
     concurrent requests run on the workers); `search` as `engine_answer` takes it."""
-    search = search_of(paths) if search is None else search
+    search = search or {}
     reference = Reference(paths["ctranslate2"], *setting, beam=search.get("beam_size", 4),
                           alpha=search.get("alpha", 0.6))
     return lambda sentences: (reference.translate(sentences), None)
-
-
-def search_of(paths):
-    """The search CTranslate2 runs: the SavedModel's defaults (`signature_defaults`) when
-    there is one, else {} (the request's defaults)."""
-    return signature_defaults(paths["saved_model"]) if paths.get("saved_model") else {}
 
 
 def signature_defaults(export_dir):
@@ -385,8 +373,8 @@ def main(argv=None):
             else:
                 runs.append((engine, engine, (args.intra_op_threads, args.inter_op_threads)))
         # The CTranslate2 engines' search, read here: their processes import no TensorFlow.
-        search = search_of(paths) if any(e.startswith("ctranslate2") for e in args.engines) \
-            else None
+        search = signature_defaults(paths["saved_model"]) if paths.get("saved_model") and any(
+            e.startswith("ctranslate2") for e in args.engines) else None
         for name, engine, pools in runs:  # a fresh process each: its own peak RSS
             context = multiprocessing.get_context("spawn")
             with context.Pool(1) as pool:
