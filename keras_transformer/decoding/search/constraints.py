@@ -205,8 +205,8 @@ class PhraseConstraints:
         ranks = candidate_ranks(scores, groups, valid)
         num_groups = ops.cast(self.num_phrases + 1, "float32")
         keys = ops.cast(groups, "float32") - ops.cast(ranks, "float32") * num_groups
-        keys = ops.where(self.hopeless(met, progress, room), keys - num_groups * ops.cast(ops.shape(scores)[1] + 1,
-                                                                "float32"), keys)
+        last = num_groups * ops.cast(ops.shape(scores)[1] + 1, "float32")  # behind every rank
+        keys = ops.where(self.hopeless(met, progress, room), keys - last, keys)
         _, keep = ops.top_k(ops.where(valid, keys, NEG_INF), k=beam_size)
         return keep
 

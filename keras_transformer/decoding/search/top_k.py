@@ -53,12 +53,21 @@ def best_continuations(alive_log_probs, log_probs, count):
                          k=count)
     per_row = vocab // size
     chunks = ops.reshape(log_probs, (rows, beams * per_row, size))
-    best = ops.reshape(ops.max(chunks, axis=-1), (rows, beams, per_row)) \
-        + alive_log_probs[:, :, None]
+    maxima = ops.reshape(ops.max(chunks, axis=-1), (rows, beams, per_row))
+    return _in_best_chunks(alive_log_probs, maxima, count, size,
+                           lambda chosen: gather_beams(chunks, chosen))
+
+
+def _in_best_chunks(alive_log_probs, maxima, count, size, read):
+    """The second stage: the 2K chunks of the best maxima ((B, K, per_row), each beam's
+    chunks' before its alive score), read (`read(chosen)`: (B, N) chunk indices -> (B, N, C)
+    log-probabilities) in index order, their sums' top-k. Returns (values, indices)."""
+    shape = ops.shape(maxima)
+    rows, beams, per_row = shape[0], shape[1], shape[2]
+    best = maxima + alive_log_probs[:, :, None]
     _, chosen = ops.top_k(ops.reshape(best, (rows, beams * per_row)), k=count)
     chosen = ops.sort(chosen, axis=-1)  # in index order: ties go to the lower index
-    sums = gather_beams(chunks, chosen) + gather_beams(alive_log_probs, chosen // per_row)[
-        :, :, None]  # (B, count, C)
+    sums = read(chosen) + gather_beams(alive_log_probs, chosen // per_row)[:, :, None]
     values, position = ops.top_k(ops.reshape(sums, (rows, -1)), k=count)
     return values, gather_beams(chosen, position // size) * size + position % size
 
@@ -99,12 +108,7 @@ def best_continuations_without(alive_log_probs, log_probs, count, token):
     first = ops.cast(ops.argmax(maxima, axis=2), "int32")  # (B, K): each beam's best chunk
     own = first + ops.arange(beams, dtype="int32")[None, :] * per_row
     best = first * size + ops.cast(ops.argmax(read(own), axis=2), "int32")
-    _, chosen = ops.top_k(ops.reshape(maxima + alive_log_probs[:, :, None],
-                                      (rows, beams * per_row)), k=count)
-    chosen = ops.sort(chosen, axis=-1)  # in index order: ties go to the lower index
-    sums = read(chosen) + gather_beams(alive_log_probs, chosen // per_row)[:, :, None]
-    values, position = ops.top_k(ops.reshape(sums, (rows, -1)), k=count)
-    return values, gather_beams(chosen, position // size) * size + position % size, best
+    return (*_in_best_chunks(alive_log_probs, maxima, count, size, read), best)
 
 
 # tensor[b, indices[b, j]]: (B, N, ...) and (B, M) -> (B, M, ...), in one gather (TensorFlow's
