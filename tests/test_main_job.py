@@ -66,18 +66,6 @@ def test_both_recipes_are_bounded_by_steps_not_by_the_clock():
         (k - 1) * every + 1 for k, every in main_job.AVERAGE_CANDIDATES)
 
 
-@pytest.mark.slow  # four beam searches, each traced (about 13 s)
-def test_main_job_chooses_the_length_penalty_on_val(tiny_run, capsys):
-    run = Run(tiny_run)
-    sources, references = datasets.pair_texts(
-        datasets.load_pairs("text", "dev", **run.config.data_arguments()), 12)
-    alpha, scores = main_job.choose_alpha(run.load_model(), run.tokenizer(),
-                                          run.config.max_length, sources, references, beam=2)
-    assert alpha in main_job.ALPHAS and sorted(scores) == sorted(main_job.ALPHAS)
-    assert max(bleu for bleu, _ in scores.values()) == scores[alpha][0]
-    assert "alpha 1.4: sacreBLEU" in capsys.readouterr().out
-
-
 def test_the_summary_says_which_steps_a_resumed_piece_trained():
     line = main_job._training_line({"start_step": 900, "step": 5500, "seconds": 7508.2,
                                     "stopped": "reached train_steps=5500", "val_perplexity": 5.6})
@@ -105,12 +93,20 @@ def test_the_command_hides_third_party_logs_unless_verbose():
 
 # The same job with two targets (per-pair tables, scores and examples) ran here too until the
 # suite outgrew its budget (2026-12-02): the per-pair table is tests/test_multilingual.py's.
+# The choice of the length penalty on val (every alpha of ALPHAS tried) and of the repetition
+# controls after it (off not decoded again) are checked on this job's run too: each had a test
+# of its own on tiny_run (its own beam searches, each traced) until 2026-12-02.
 @pytest.mark.slow  # trains a tiny model on Multi30k and exports it (about a minute)
-def test_the_demo_job_end_to_end(shared_data, runtime_preset, tmp_path, monkeypatch, capsys):
-    """The job end to end with a tiny model and a few sentences per split: the choice saved,
-    test2016 scored, the SavedModel and the CTranslate2 int8 folder
-    exported through `export_run` with that choice, the examples through the SavedModel."""
+def test_the_demo_job_end_to_end_choosing_the_length_penalty_then_the_controls_on_val(
+        shared_data, runtime_preset, tmp_path, monkeypatch, capsys):
+    """The job end to end with a tiny model and a few sentences per split: the length penalty
+    chosen on val among every alpha of ALPHAS, then the repetition controls with it (off is the
+    chosen alpha's own output, not decoded again), the choice saved, test2016 scored, the
+    SavedModel and the CTranslate2 int8 folder exported through `export_run` with that choice,
+    the examples through the SavedModel."""
     import json
+
+    from keras_transformer.tasks.tuning import REPETITION_OFF, pick_repetition, repetition_label
 
     pytest.importorskip("ctranslate2")
     cut = main_job.pair_texts
@@ -125,9 +121,18 @@ def test_the_demo_job_end_to_end(shared_data, runtime_preset, tmp_path, monkeypa
     monkeypatch.setattr(datasets, "official_tokenized_references",
                         lambda *args: (official(*args) or [])[:12] or None)
     monkeypatch.setattr(main_job, "VAL_SENTENCES", 6)
-    monkeypatch.setattr(tuning, "ALPHAS", (0.6, 1.0))  # two beam searches on val, not four
-    # and one more for the repetition controls (off is the chosen alpha's own output)
-    monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (tuning.REPETITION_OFF, (3, 1.0)))
+    # Every alpha (main_job.ALPHAS: four beam searches on val), then one more search for the
+    # repetition controls (off is the chosen alpha's own output).
+    ngram = (3, 1.0)
+    monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (REPETITION_OFF, ngram))
+    searches = []
+    made = tuning._beam_searcher
+
+    def counted(*args):
+        searcher = made(*args)
+        return lambda **values: searches.append(values) or searcher(**values)
+
+    monkeypatch.setattr(tuning, "_beam_searcher", counted)
     # One layer each side (the preset's two, halved): half the graph to trace and export.
     settings = dict(preset=runtime_preset, num_layers=1, vocab_size=400, tokens_per_batch=512,
                     max_length=32, precision="float32", source_dir=str(shared_data / "multi30k"),
@@ -143,8 +148,24 @@ def test_the_demo_job_end_to_end(shared_data, runtime_preset, tmp_path, monkeypa
         4, summary["alpha"], "averaged.keras")
     assert (choice["no_repeat_ngram_size"], choice["repetition_penalty"]) in \
         tuning.REPETITION_CANDIDATES
-    assert set(summary["val_beam_by_repetition"]) == {"off", "no_repeat_ngram_size 3"}
-    assert summary["repetition"] in summary["val_beam_by_repetition"]
+    # The length penalty: every alpha tried on val, the best sacreBLEU kept.
+    scores = summary["val_beam_sacrebleu_by_alpha"]
+    assert summary["alpha"] in main_job.ALPHAS and sorted(map(float, scores)) == sorted(
+        main_job.ALPHAS)
+    assert max(bleu for bleu, _ in scores.values()) == scores[str(summary["alpha"])][0]
+    assert "alpha 1.4: sacreBLEU" in out
+    # Then the controls with it: one more search, off not decoded again.
+    assert len(searches) == len(main_job.ALPHAS) + 1 and searches[-1][
+        "no_repeat_ngram_size"] == ngram[0]
+    by_setting = summary["val_beam_by_repetition"]
+    assert set(by_setting) == {"off", "no_repeat_ngram_size 3"}
+    assert by_setting["off"]["sacrebleu"] == scores[str(summary["alpha"])][0]
+    setting = (choice["no_repeat_ngram_size"], choice["repetition_penalty"])
+    assert setting == pick_repetition({key: (v["sacrebleu"], v["stutters"]) for key, v in zip(
+        (REPETITION_OFF, ngram), by_setting.values())})
+    assert summary["repetition"] == repetition_label(setting)
+    assert summary["repetition"] in by_setting
+    assert "no_repeat_ngram_size 3: sacreBLEU" in out
     assert json.loads((run_dir / main_job.SUMMARY).read_text(encoding="utf-8")) == \
         json.loads(json.dumps(summary))
     assert summary["saved_model"] == str(exports / name / "1")

@@ -1,7 +1,9 @@
 """The demo's choice of the repetition controls on val (tasks/tuning.py): the rule that keeps
 them only where they help, the stutter count it breaks near-ties with, the choice saved in
 decoding.json and read back as beam and alpha are (a given value still wins; a file from
-before the controls decodes with them off), and the choice made on a tiny model."""
+before the controls decodes with them off). The choice made on a tiny model's val sentences,
+after alpha: tests/test_main_job.py's demo job end to end (its own beam searches, not a second
+set of them here)."""
 
 import json
 
@@ -11,9 +13,7 @@ from keras_transformer.decoding.decoder import Decoder
 from keras_transformer.errors import InputError
 from keras_transformer.evaluation.stutter import stutter_count, stutters
 from keras_transformer.runs import Run
-from keras_transformer.tasks import tuning
 from keras_transformer.tasks.tuning import REPETITION_OFF, pick_repetition, repetition_label
-from pipelines import datasets
 
 
 OFF, NGRAM3, NGRAM4, PENALTY = REPETITION_OFF, (3, 1.0), (4, 1.0), (0, 1.2)
@@ -92,33 +92,3 @@ def test_a_choice_from_before_the_controls_decodes_with_them_off(tmp_path):
         1.4, 0, 1.0)
     Decoder.save_choice(run, weights="final weights")  # still version 1: older readers read it
     assert json.loads(run.decoding_path.read_text(encoding="utf-8"))["format_version"] == 1
-
-
-def test_the_demo_chooses_the_controls_on_val_after_alpha(tiny_run, monkeypatch, capsys):
-    """Two alphas, then one more decode for the n-gram ban (off is the chosen alpha's own
-    output, not decoded again), on a tiny model's few val sentences."""
-    run = Run(tiny_run)
-    sources, references = datasets.pair_texts(
-        datasets.load_pairs("text", "dev", **run.config.data_arguments()), 12)
-    monkeypatch.setattr(tuning, "ALPHAS", (0.6, 1.0))
-    monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (OFF, (1, 1.0)))
-    searches = []
-    made = tuning._beam_searcher
-
-    def counted(*args):
-        searcher = made(*args)
-        return lambda **values: searches.append(values) or searcher(**values)
-
-    monkeypatch.setattr(tuning, "_beam_searcher", counted)
-    search, figures = tuning.choose_search(run.load_model(), run.vocabulary(),
-                                           run.config.max_length, sources, references, beam=2)
-    assert len(searches) == 3 and searches[-1]["no_repeat_ngram_size"] == 1
-    by_setting = figures["val_beam_by_repetition"]
-    assert set(by_setting) == {"off", "no_repeat_ngram_size 1"}
-    assert by_setting["off"]["sacrebleu"] == figures["val_beam_sacrebleu_by_alpha"][
-        str(search["alpha"])][0]
-    setting = (search["no_repeat_ngram_size"], search["repetition_penalty"])
-    assert setting == pick_repetition({key: (v["sacrebleu"], v["stutters"]) for key, v in zip(
-        (OFF, (1, 1.0)), by_setting.values())})
-    assert figures["repetition"] == repetition_label(setting)
-    assert "no_repeat_ngram_size 1: sacreBLEU" in capsys.readouterr().out
