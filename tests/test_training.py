@@ -159,13 +159,14 @@ def test_killed_run_resumes_from_its_last_checkpoint(toy_corpus, tmp_path, capsy
     from keras_transformer import cli
 
     run_dir = tmp_path / "run"
-    command = train_command(toy_corpus, run_dir, "--train-steps", "30", "--checkpoint-steps",
-                            "10", "--eval-steps", "30", *ONE_LAYER)
-    # A child process, SIGKILLed as soon as its checkpoint of step 20 is complete (its JSON
+    # 12 steps, a checkpoint every 4 (the steps, not their number, are what is checked).
+    command = train_command(toy_corpus, run_dir, "--train-steps", "12", "--checkpoint-steps",
+                            "4", "--eval-steps", "12", *ONE_LAYER)
+    # A child process, SIGKILLed as soon as its checkpoint of step 8 is complete (its JSON
     # is written last).
-    error = kill_once_exists(command, run_dir / "checkpoints" / "ckpt-20.json")
+    error = kill_once_exists(command, run_dir / "checkpoints" / "ckpt-8.json")
     killed_at = latest_step(run_dir)
-    assert 20 <= killed_at < 30, error[-2000:]
+    assert 8 <= killed_at < 12, error[-2000:]
 
     # The same command again, in this process.
     capsys.readouterr()
@@ -174,8 +175,8 @@ def test_killed_run_resumes_from_its_last_checkpoint(toy_corpus, tmp_path, capsy
     resumed = re.search(r"resumed from .*ckpt-(\d+)\.weights\.h5 at step (\d+)", out)
     assert resumed and int(resumed.group(1)) == int(resumed.group(2)) == killed_at
     assert f"training batch {killed_at}" in out  # the saved data position
-    assert re.search(rf"training done: step {killed_at} -> 30 ", out)
-    assert latest_step(run_dir) == 30
+    assert re.search(rf"training done: step {killed_at} -> 12 ", out)
+    assert latest_step(run_dir) == 12
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""
