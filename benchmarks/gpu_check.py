@@ -177,9 +177,10 @@ def child(args):
     block_tensorflow()
     sys.path[:0] = [str(ROOT)]
     args.work.mkdir(parents=True, exist_ok=True)
-    from keras_transformer.layers.attention import set_attention_implementation
+    if args.run_part != "a":  # part a hands --attention to gpu.py; it imports no Keras itself
+        from keras_transformer.layers.attention import set_attention_implementation
 
-    set_attention_implementation(args.attention)
+        set_attention_implementation(args.attention)
     return {"a": part_a, "b": part_b, "c": part_c}[args.run_part](args)
 
 

@@ -12,6 +12,11 @@ import pytest
 
 TRAIN_TAGS = {"loss", "learning_rate", "tokens_per_s"}
 DEV_TAGS = {"loss", "perplexity", "token_accuracy"}
+# The JAX child compiles without XLA's backend optimizations and with XLA:CPU's classic
+# emitters (the tests check what is logged, not speed): its compilations cost about half.
+FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
+                          " --xla_backend_optimization_level=0"
+                          " --xla_cpu_use_fusion_emitters=false").strip()}
 
 
 def read_events(folder):
@@ -125,7 +130,8 @@ def test_the_events_on_jax(toy_corpus, tmp_path):
                "--precision", "float32", "--verbose", "0", "--output-dir", str(run_dir),
                "--num-layers", "1"]  # one layer each side: half of what XLA compiles
     result = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},
+                            env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
+                                 **FAST_XLA},
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert result.returncode == 0, result.stderr[-3000:]
     train = read_events(run_dir / "logs" / "train")
