@@ -77,8 +77,14 @@ def saved_files(tiny_run, tmp_path_factory):
     return logits
 
 
+# The JAX child compiles without XLA's backend optimizations: it compares logits (within
+# 2e-4) and checks what loads, not speed (as tests/test_backends.py's children).
+FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
+                          " --xla_backend_optimization_level=0").strip()}
+
+
 def _load_in_fresh_interpreter(paths, backend):
-    environ = {**os.environ, "KERAS_BACKEND": backend}
+    environ = {**os.environ, "KERAS_BACKEND": backend, **(FAST_XLA if backend == "jax" else {})}
     result = subprocess.run([sys.executable, "-c", LOAD, *paths], capture_output=True,
                             text=True, env=environ, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
