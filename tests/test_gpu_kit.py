@@ -13,16 +13,9 @@ import sys
 
 import pytest
 
-from tests.training_helpers import WORDS
+from tests.training_helpers import FAST_XLA, WORDS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# JAX children compile without XLA's backend optimizations and with XLA:CPU's classic
-# (LLVM IR) emitters instead of its MLIR fusion emitters: the tests compare outputs and check
-# that things run, not speed; the first flag cuts about 30% of a compilation's CPU, the second
-# about 40% of the rest (a tiny model's beam search: 3.3 -> 2.0 CPU-s).
-FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                          " --xla_backend_optimization_level=0"
-                          " --xla_cpu_use_fusion_emitters=false").strip()}
 
 # On PYTHONPATH, this sitecustomize makes every `import tensorflow*` fail in the process and in
 # everything it starts (a finder ahead of all others).

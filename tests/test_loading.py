@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.training_helpers import FAST_XLA
+
 # What a user types, in a fresh interpreter: each file loaded compiled (the default) and not,
 # with safe_mode=True; prints what loaded and the logits of one fixed batch.
 LOAD = """
@@ -77,10 +79,6 @@ def saved_files(tiny_run, tmp_path_factory):
     return logits
 
 
-# The JAX child compiles without XLA's backend optimizations: it compares logits (within
-# 2e-4) and checks what loads, not speed (as tests/test_backends.py's children).
-FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                          " --xla_backend_optimization_level=0").strip()}
 
 
 def _load_in_fresh_interpreter(paths, backend):

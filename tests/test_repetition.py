@@ -24,12 +24,9 @@ from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID
 from tests.conftest import run_engine
 from tests.search_helpers import source_rows, tiny_model
+from tests.training_helpers import FAST_XLA
 
 VOCAB = 40
-# JAX children compile without XLA's backend optimizations: the tests compare outputs and
-# check that things run, not speed, and the compilations cost about 30% less CPU.
-FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                          " --xla_backend_optimization_level=0").strip()}
 
 
 def repeats(row, n):

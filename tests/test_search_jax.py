@@ -24,16 +24,10 @@ from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.models import Ensemble
 from pipelines.special_ids import BOS_ID, EOS_ID
+from tests.training_helpers import FAST_XLA
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 40
-# JAX children compile without XLA's backend optimizations and with XLA:CPU's classic
-# (LLVM IR) emitters instead of its MLIR fusion emitters: the tests compare outputs and check
-# that things run, not speed; the first flag cuts about 30% of a compilation's CPU, the second
-# about 40% of the rest (a tiny model's beam search: 3.3 -> 2.0 CPU-s).
-FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                          " --xla_backend_optimization_level=0"
-                          " --xla_cpu_use_fusion_emitters=false").strip()}
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed"),

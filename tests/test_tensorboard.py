@@ -10,13 +10,10 @@ import sys
 
 import pytest
 
+from tests.training_helpers import FAST_XLA
+
 TRAIN_TAGS = {"loss", "learning_rate", "tokens_per_s"}
 DEV_TAGS = {"loss", "perplexity", "token_accuracy"}
-# The JAX child compiles without XLA's backend optimizations and with XLA:CPU's classic
-# emitters (the tests check what is logged, not speed): its compilations cost about half.
-FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                          " --xla_backend_optimization_level=0"
-                          " --xla_cpu_use_fusion_emitters=false").strip()}
 
 
 def read_events(folder):
