@@ -13,6 +13,10 @@ os.environ.setdefault("KERAS_TRANSFORMER_XLA_CACHE", "off")
 # thread each took 18% less CPU over the whole suite (docs/testing.md).
 os.environ.setdefault("TF_NUM_INTRAOP_THREADS", "1")
 os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
+# CTranslate2's OpenMP threads (libgomp) sleep while they wait instead of spinning: on
+# cores shared by three workers a spinning engine process took from 0.4 to 38 CPU-s
+# for the same 40 requests (the load benchmark's smoke run); its answers are the same.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
