@@ -30,25 +30,24 @@ SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "d
 # -- Order and grouping on the workers (`make test`: pytest -n 3 --dist loadfile) -----------
 
 # The files that cost most in `make test` (CPU-seconds per file in a fresh-clone `make test`
-# with `--cpu-report`, rounded; measured 2026-12-02 on a 2-core amx-class Intel Xeon in a slow
-# phase, so only their order matters; test_serving.py counts test_serving_tf1.py, which runs on
-# its worker), run first so that the workers end together; the others follow in collection
-# order. A unit of SAME_WORKER counts its files together. A new heavy file belongs here.
+# with `--cpu-report`, rounded; measured 2026-12-02 at 01b9193 on a 2-core amx-class Intel
+# Xeon in a slow phase, so only their order matters; test_serving.py counts
+# test_serving_tf1.py, which runs on its worker), run first so that the workers end together;
+# the others follow in collection order. A unit of SAME_WORKER counts its files together. A
+# new heavy file belongs here.
 HEAVY_FILES = {
-    "tests/test_serving.py": 303, "tests/test_export.py": 299, "tests/test_alignment.py": 150,
-    "tests/test_multilingual.py": 144, "tests/test_training.py": 129,
-    "tests/test_gpu_kit.py": 124, "tests/test_backends.py": 100,
-    "tests/test_search_fixtures.py": 98, "tests/test_distill.py": 88,
-    "tests/test_constraints.py": 82, "tests/test_main_job.py": 80,
-    "tests/test_search_jax.py": 80, "tests/test_repetition.py": 78,
-    "tests/test_disk_full.py": 75, "tests/test_search.py": 71, "tests/test_translate.py": 65,
-    "tests/runs/test_run.py": 64, "tests/test_decoding_controls.py": 63,
-    "tests/test_loading.py": 58, "tests/test_early_stopping.py": 57,
-    "tests/test_bf16_decoding.py": 54, "tests/test_xla.py": 48, "tests/test_model.py": 46,
-    "tests/test_tensorboard.py": 45, "tests/test_ctranslate2.py": 44,
-    "tests/runs/test_old_runs.py": 44, "tests/runs/test_parent.py": 42,
-    "tests/runs/test_checkpoints.py": 42, "tests/test_bf16_training.py": 41,
-    "tests/test_gpu_benchmark.py": 41, "tests/test_preemption.py": 41,
+    "tests/test_export.py": 201, "tests/test_serving.py": 197, "tests/test_alignment.py": 115,
+    "tests/test_training.py": 98, "tests/test_multilingual.py": 75,
+    "tests/test_search_fixtures.py": 75, "tests/test_backends.py": 75,
+    "tests/test_distill.py": 72, "tests/test_constraints.py": 69,
+    "tests/test_repetition.py": 67, "tests/test_main_job.py": 64,
+    "tests/test_disk_full.py": 59, "tests/test_gpu_kit.py": 59, "tests/runs/test_run.py": 55,
+    "tests/test_translate.py": 55, "tests/test_search.py": 53,
+    "tests/test_bf16_decoding.py": 53, "tests/test_search_jax.py": 52,
+    "tests/test_model.py": 51, "tests/test_decoding_controls.py": 48,
+    "tests/test_loading.py": 48, "tests/test_early_stopping.py": 43, "tests/test_xla.py": 43,
+    "tests/test_ctranslate2.py": 41, "tests/runs/test_parent.py": 41,
+    "tests/runs/test_checkpoints.py": 40, "tests/test_tensorboard.py": 39,
 }
 # Files that share a session fixture run on one worker, as one unit: file -> the file whose
 # worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads).
