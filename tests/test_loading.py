@@ -79,8 +79,6 @@ def saved_files(tiny_run, tmp_path_factory):
     return logits
 
 
-
-
 def _load_in_fresh_interpreter(paths, backend):
     environ = {**os.environ, "KERAS_BACKEND": backend, **(FAST_XLA if backend == "jax" else {})}
     result = subprocess.run([sys.executable, "-c", LOAD, *paths], capture_output=True,
