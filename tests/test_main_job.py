@@ -106,8 +106,6 @@ def test_the_demo_job_end_to_end_choosing_the_length_penalty_then_the_controls_o
     the examples through the SavedModel."""
     import json
 
-    from keras_transformer.tasks.tuning import REPETITION_OFF, pick_repetition, repetition_label
-
     pytest.importorskip("ctranslate2")
     cut = main_job.pair_texts
 
@@ -124,7 +122,7 @@ def test_the_demo_job_end_to_end_choosing_the_length_penalty_then_the_controls_o
     # Every alpha (main_job.ALPHAS: four beam searches on val), then one more search for the
     # repetition controls (off is the chosen alpha's own output).
     ngram = (3, 1.0)
-    monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (REPETITION_OFF, ngram))
+    monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (tuning.REPETITION_OFF, ngram))
     searches = []
     made = tuning._beam_searcher
 
@@ -161,9 +159,10 @@ def test_the_demo_job_end_to_end_choosing_the_length_penalty_then_the_controls_o
     assert set(by_setting) == {"off", "no_repeat_ngram_size 3"}
     assert by_setting["off"]["sacrebleu"] == scores[str(summary["alpha"])][0]
     setting = (choice["no_repeat_ngram_size"], choice["repetition_penalty"])
-    assert setting == pick_repetition({key: (v["sacrebleu"], v["stutters"]) for key, v in zip(
-        (REPETITION_OFF, ngram), by_setting.values())})
-    assert summary["repetition"] == repetition_label(setting)
+    figures = {key: (v["sacrebleu"], v["stutters"])
+               for key, v in zip((tuning.REPETITION_OFF, ngram), by_setting.values())}
+    assert setting == tuning.pick_repetition(figures)
+    assert summary["repetition"] == tuning.repetition_label(setting)
     assert summary["repetition"] in by_setting
     assert "no_repeat_ngram_size 3: sacreBLEU" in out
     assert json.loads((run_dir / main_job.SUMMARY).read_text(encoding="utf-8")) == \
