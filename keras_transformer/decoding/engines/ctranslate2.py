@@ -277,13 +277,16 @@ class CTranslate2Translator(Engine):
                 sources, num_hypotheses=1 if top_k == 1 else num_samples, beam_size=1,
                 sampling_topk=top_k, sampling_topp=top_p, sampling_temperature=temperature,
                 length_penalty=self.alpha, **self._options(sources, prefixes))
-            found = [output.hypotheses * (num_samples if top_k == 1 else 1)
-                     for output in outputs]
+            found = [output.hypotheses for output in outputs]
             pairs = [(row, p) for row, hypotheses in enumerate(found) for p in hypotheses]
             scores = iter(self.score_pieces([sources[row] for row, _ in pairs],
                                             [p for _, p in pairs]))
+            # That one hypothesis is scored once and repeated: scored twice in one batch, the
+            # rows' sums may differ in the last bits (AVX2 kernels), and samples of a greedy
+            # draw are one translation with one score.
+            repeat = num_samples if top_k == 1 else 1
             return [[(self.processor.decode(p), float(sum(next(scores)))) for p in hypotheses]
-                    for hypotheses in found]
+                    * repeat for hypotheses in found]
 
         return sample
 
