@@ -18,7 +18,6 @@ os.environ.setdefault("TF_NUM_INTEROP_THREADS", "1")
 # for the same 40 requests (the load benchmark's smoke run); its answers are the same.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import keras  # noqa: E402
 import pytest  # noqa: E402
 
 # `--cpu-report FILE`: CPU seconds per test (tests/cpu_report.py).
@@ -100,6 +99,11 @@ def _data_cache(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _seed():
+    # Keras (and TensorFlow) are imported here, in the workers, not when pytest loads this
+    # file: the xdist controller, which runs no test, then starts its workers without the
+    # 6-7 CPU-s of importing TensorFlow first.
+    import keras
+
     keras.utils.set_random_seed(1234)
 
 

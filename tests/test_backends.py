@@ -160,6 +160,7 @@ def test_a_run_trained_under_jax_moves_to_tensorflow_and_back(toy_corpus, prepar
     assert f"training done: step {STEPS} -> {STEPS + 2}" in resumed["stdout"]
 
 
+@pytest.mark.slow  # fresh interpreters on JAX
 def test_tensorflow_only_commands_are_refused_by_name_under_jax(toy_corpus, tmp_path):
     flags = train_command(toy_corpus, tmp_path / "run")[3:]
     export, mirrored = jax_commands(tmp_path, ["export", "--run-dir", str(tmp_path)],

@@ -106,6 +106,7 @@ def _variable_casts(search):
     return count
 
 
+@pytest.mark.slow  # a mixed-policy model and three more searches traced (7 CPU-s)
 def test_the_weights_are_cast_once_when_the_translator_is_built(trained, translators):
     model, vocabulary, _ = trained
     translator = translators["bfloat16", 4]

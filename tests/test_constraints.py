@@ -142,6 +142,7 @@ def test_prefix_and_constraints_together(model):
                    for h, score in zip(ids[row], scores[row]) if score > -1e8)
 
 
+@pytest.mark.slow  # a third constrained search traced (9 CPU-s)
 def test_n_best_keeps_num_hypotheses_each_with_every_phrase(model):
     @tf.function
     def search(source_ids, constraints):

@@ -131,6 +131,7 @@ def test_a_missing_export_or_package_is_one_line_saying_what_to_do(tiny_run, tmp
     assert "--format ctranslate2" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a fresh interpreter importing TensorFlow (about 7 CPU-s)
 def test_a_missing_package_is_one_line_saying_what_to_do(tiny_run, tmp_path):
     # Without the package (hidden from the import system), export says how to install it. The
     # subprocess is the command as a user starts it (`keras_transformer_command.main`: native
@@ -355,6 +356,7 @@ def test_batches_of_mixed_lengths_keep_each_sentences_own_limit(tiny_export_int8
     assert len(set(limits)) > 3 and any(near) and not all(near), (limits, own)
 
 
+@pytest.mark.slow  # tiny_run's CTranslate2 export and our greedy searches with the controls (7 CPU-s)
 def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tiny_export):
     """translate_batch's no_repeat_ngram_size and repetition_penalty: the rules ours apply
     (`decoding.search.repetition`), so greedy search gives our greedy search's output. (Not

@@ -71,7 +71,10 @@ keras_transformer_command.main()
 """
 
 
-def _command_state():
+@pytest.fixture(scope="module")
+def command_state():
+    """(TF_ENABLE_ONEDNN_OPTS, whether TensorFlow was loaded when the console was set up) in
+    one `keras-transformer presets` process, which both tests below read."""
     import json
     import os
     import subprocess
@@ -84,13 +87,15 @@ def _command_state():
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_the_command_applies_the_cpu_default():
-    value, _ = _command_state()
+@pytest.mark.slow  # a fresh interpreter importing TensorFlow (about 7 CPU-s)
+def test_the_command_applies_the_cpu_default(command_state):
+    value, _ = command_state
     assert value == ("1" if hardware.cpu_class() in hardware.ONEDNN_DEFAULT_ON else None)
 
 
-def test_the_console_is_set_up_before_tensorflow_loads():
-    _, loaded = _command_state()
+@pytest.mark.slow  # the same interpreter
+def test_the_console_is_set_up_before_tensorflow_loads(command_state):
+    _, loaded = command_state
     assert not loaded
 
 

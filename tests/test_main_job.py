@@ -82,6 +82,7 @@ def test_averages_may_take_every_other_checkpoint(run_copy, caplog):
     assert [os.path.basename(p) for p in used] == ["ckpt-10.weights.h5", "ckpt-20.weights.h5"]
 
 
+@pytest.mark.slow  # a fresh interpreter importing TensorFlow (about 7 CPU-s)
 def test_the_command_hides_third_party_logs_unless_verbose():
     script = os.path.join(os.path.dirname(sys.executable), "keras-transformer")
     command = [script, "params", "--preset", "tiny", "--vocab-size", "100"]

@@ -185,6 +185,7 @@ def test_evaluate_scores_every_pair_in_one_table(multi_run, capsys):
     assert (run_dir / "hyp.dev.beam1.de.txt").is_file()
 
 
+@pytest.mark.slow  # loads tiny_run and traces its greedy search (12 CPU-s)
 def test_a_one_pair_run_takes_its_own_target_only(toy_translators):
     translator = toy_translators[1]  # run_engine(tiny_run, beam_size=1, precision="float32")
     plain = translator.translate(SOURCES)

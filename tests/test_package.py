@@ -76,6 +76,7 @@ def _python(code, **environ):
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh interpreter importing TensorFlow (about 7 CPU-s)
 def test_importing_the_package_registers_every_saveable_class_and_changes_nothing():
     # `import keras_transformer.layers` runs the package's __init__ first: one interpreter
     # checks both imports.
@@ -84,6 +85,7 @@ def test_importing_the_package_registers_every_saveable_class_and_changes_nothin
     assert {name.split(">")[1] for name in changes["registered"]} == SAVEABLE
 
 
+@pytest.mark.slow  # a fresh interpreter importing Keras on JAX
 def test_on_jax_the_package_imports_no_tensorflow():
     pytest.importorskip("jax")
     changes = _import_changes("keras_transformer; import keras_transformer.layers",
@@ -109,6 +111,7 @@ def test_the_package_names_its_public_api_lazily():
         keras_transformer.nothing  # noqa: B018
 
 
+@pytest.mark.slow  # a fresh interpreter importing TensorFlow (about 7 CPU-s)
 def test_a_saved_model_loads_in_a_fresh_interpreter(tmp_path):
     """Loading a .keras model needs the layers registered: Run.load_model (what translate,
     evaluate and export use) imports what registration requires."""

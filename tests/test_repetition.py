@@ -197,6 +197,7 @@ def test_the_random_model_stutters_and_the_controls_stop_it(searches):
     assert not np.array_equal(_best(penalized_only), _best(searches.run("beam")))
 
 
+@pytest.mark.slow  # two XLA compilations
 def test_xla_gives_the_graphs_outputs_with_the_controls_on(searches):
     for kind in ("beam", "greedy"):
         graph = searches.run(kind, **CONTROLS)

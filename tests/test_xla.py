@@ -66,7 +66,8 @@ def _source_rows(count, vocab_size, seed=0):
 
 
 # Beam 4 compiles a second set of XLA programs: in `make test` only (beam 1 keeps XLA fast).
-@pytest.mark.parametrize("beam_size", [1, pytest.param(4, marks=pytest.mark.slow)])
+@pytest.mark.slow  # XLA compilations
+@pytest.mark.parametrize("beam_size", [1, 4])
 def test_bucketed_xla_search_finds_what_the_plain_graph_search_finds(random_model, beam_size):
     """5 sentences of 2-20 tokens on a bucket of 8 rows and 32 columns (padding rows and
     columns), under XLA, against the plain graph search of the exact batch: the same ids for
@@ -96,6 +97,7 @@ def test_bucketed_xla_search_finds_what_the_plain_graph_search_finds(random_mode
     assert len({int((row > 0).sum()) for row in expected_ids[:, 0]}) > 1  # varied lengths
 
 
+@pytest.mark.slow  # XLA compilations
 def test_bucketed_xla_scores_equal_the_plain_graph_scores(random_model):
     from keras_transformer.decoding.engines.translator import Translator
 
