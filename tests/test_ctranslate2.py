@@ -356,7 +356,7 @@ def test_batches_of_mixed_lengths_keep_each_sentences_own_limit(tiny_export_int8
     assert len(set(limits)) > 3 and any(near) and not all(near), (limits, own)
 
 
-@pytest.mark.slow  # tiny_run's CTranslate2 export and our greedy searches with the controls (7 CPU-s)
+@pytest.mark.slow  # tiny_run's CTranslate2 export and our searches with the controls: 7 CPU-s
 def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tiny_export):
     """translate_batch's no_repeat_ngram_size and repetition_penalty: the rules ours apply
     (`decoding.search.repetition`), so greedy search gives our greedy search's output. (Not

@@ -65,8 +65,8 @@ def _source_rows(count, vocab_size, seed=0):
     return ids
 
 
-# Beam 4 compiles a second set of XLA programs: in `make test` only (beam 1 keeps XLA fast).
-@pytest.mark.slow  # XLA compilations
+# XLA compilations (beam 4 a second set of programs): in `make test` only.
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 4])
 def test_bucketed_xla_search_finds_what_the_plain_graph_search_finds(random_model, beam_size):
     """5 sentences of 2-20 tokens on a bucket of 8 rows and 32 columns (padding rows and
