@@ -216,7 +216,7 @@ def digit_run(tmp_path_factory, runtime_preset):
     keras.utils.set_random_seed(1234)
     train(toy_config(corpus, folder / "run", train_steps=900, warmup_steps=100,
                      checkpoint_steps=900, eval_steps=900, dropout=0.0, vocab_size=370,
-                     tokens_per_batch=1024))
+                     tokens_per_batch=1024, num_layers=2))  # two layers to choose from
     seen = set(corpus["train.src"].read_text(encoding="utf-8").splitlines())
     held_out = [s for s in corpus["dev.src"].read_text(encoding="utf-8").splitlines()
                 if s not in seen]

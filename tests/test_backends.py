@@ -90,7 +90,7 @@ def jax_train_flags(corpus, prepared, output_dir, steps):
     # train_command's first three items start the TensorFlow CLI; keep its flags only.
     return [*train_command(corpus, output_dir)[3:], "--prepared-data", prepared,
             "--train-steps", str(steps), "--eval-steps", "16", "--checkpoint-steps", "8",
-            "--dropout", "0.0"]
+            "--dropout", "0.0", "--num-layers", "1"]
 
 
 STEPS = 16  # trained under JAX (checkpoints at 8 and 16); then resumed to STEPS + 2

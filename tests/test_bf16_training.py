@@ -34,10 +34,8 @@ def global_policy_restored():
 def test_a_bf16_run_resumes_averages_and_exports_with_float32_checkpoints(
         toy_corpus, runtime_preset, tmp_path, global_policy_restored):
     run_dir = tmp_path / "run"
-    # One layer each side (the preset's two, halved): what is checked does not depend on the
-    # depth, and each of the two trainings traces half the graph.
     first = train(toy_config(toy_corpus, run_dir, precision="mixed_bfloat16", train_steps=10,
-                             checkpoint_steps=5, num_layers=1))
+                             checkpoint_steps=5))
     assert first["precision"] == "mixed_bfloat16" and first["step"] == 10
     run = Run(run_dir)
     for path in run.checkpoints():
@@ -46,8 +44,7 @@ def test_a_bf16_run_resumes_averages_and_exports_with_float32_checkpoints(
     assert saved["optimization"]["precision"] == "mixed_bfloat16"
 
     # Resumed by a command that leaves the precision to the machine: the run's is kept.
-    resumed = train(toy_config(toy_corpus, run_dir, precision="auto", train_steps=15,
-                               num_layers=1))
+    resumed = train(toy_config(toy_corpus, run_dir, precision="auto", train_steps=15))
     assert (resumed["start_step"], resumed["step"], resumed["precision"]) == \
         (10, 15, "mixed_bfloat16")
 

@@ -32,7 +32,9 @@ CONSTRAINTS = np.array([[[11, 12, 0], [30, 0, 0]],
 
 @pytest.fixture(scope="module")
 def model():
-    return tiny_model(VOCAB)
+    # Two layers each side: the sentences and phrases below were chosen on this model's
+    # outputs (a plain output of three tokens or more to draw phrases from, for one).
+    return tiny_model(VOCAB, num_layers=2)
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +187,8 @@ def translator():
     texts = ["a dog runs in the park", "the red cat sleeps on the big tree"] * 30
     tokenizer = train_tokenizer(texts, 300, progress=False)
     tf.keras.utils.set_random_seed(3)
-    model = Transformer.from_preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0)
+    model = Transformer.from_preset("tiny", vocab_size=tokenizer.vocab_size, dropout=0.0,
+                                    num_layers=1)
     model.build()
     return Translator(model, tokenizer, beam_size=4, max_input_length=12, batch_size=4,
                       extra_length=EXTRA, precision="float32")

@@ -19,7 +19,7 @@ from keras_transformer.decoding.engines.ctranslate2 import CTranslate2Translator
 from keras_transformer.export.ct2 import build_spec, export_ctranslate2  # noqa: E402
 from keras_transformer.runs import Run  # noqa: E402
 from pipelines.special_ids import BOS_ID, EOS_ID  # noqa: E402
-from tests.conftest import RUNTIME_PRESET, run_decoder, run_engine  # noqa: E402
+from tests.conftest import RUNTIME_MODEL, RUNTIME_PRESET, run_decoder, run_engine  # noqa: E402
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 SOURCES = ["the dog runs in the park", "a big red cat", "green water"]
@@ -232,13 +232,14 @@ for name in list(sys.modules):
 sys.meta_path.insert(0, Absent())
 from keras_transformer.models import presets  # the tests' runtime preset, as tests.conftest
 presets.PRESETS[RUNTIME_PRESET] = presets._variant(
-    "tiny", model=dict(num_layers=2, d_model=32, num_heads=4, d_ff=64),
+    "tiny", model=RUNTIME_MODEL,
     training=dict(warmup_steps=50, train_steps=20))
 """
 
 
 def run_without_tensorflow(code, tmp_path):
-    setup = WITHOUT_TENSORFLOW.replace("RUNTIME_PRESET", repr(RUNTIME_PRESET))
+    setup = WITHOUT_TENSORFLOW.replace("RUNTIME_PRESET", repr(RUNTIME_PRESET)).replace(
+        "RUNTIME_MODEL", repr(RUNTIME_MODEL))
     result = subprocess.run([sys.executable, "-c", setup + code],
                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
                             env=dict(os.environ, KERAS_TRANSFORMER_DEBUG="1"))

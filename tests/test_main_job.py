@@ -132,7 +132,7 @@ def test_the_demo_job_end_to_end_choosing_the_length_penalty_then_the_controls_o
         return lambda **values: searches.append(values) or searcher(**values)
 
     monkeypatch.setattr(tuning, "_beam_searcher", counted)
-    # One layer each side (the preset's two, halved): half the graph to trace and export.
+    # One layer each side (the quick recipe has two): half the graph to trace and export.
     settings = dict(preset=runtime_preset, num_layers=1, vocab_size=400, tokens_per_batch=512,
                     max_length=32, precision="float32", source_dir=str(shared_data / "multi30k"),
                     verbose=0)

@@ -133,13 +133,17 @@ def test_tiny_model_overfits_a_few_pairs_with_fit():
     tgt = np.array([t + [0] * (width - len(t)) for t in targets], "int32")
     decoder_in, labels = tgt[:, :-1], tgt[:, 1:]
 
-    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
+    # One layer each side: it learns them as the preset's two do, on a graph half the size.
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, num_layers=1)
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3),
         loss=LabelSmoothedCrossEntropy(label_smoothing=0.0),
     )
-    # The loss falls under 0.05 at about epoch 45 (0.02 at 70).
-    history = model.fit((src, decoder_in), labels, batch_size=5, epochs=70, verbose=0)
+    # 70 epochs of the one batch: the loss 4.55 at the first, 0.026 at the last. A repeated
+    # dataset, one step an epoch, keeps its iterator across epochs (numpy arrays make one
+    # each epoch: 24 CPU-s for this fit instead of 17).
+    batch = tf.data.Dataset.from_tensors(((src, decoder_in), labels)).repeat()
+    history = model.fit(batch, steps_per_epoch=1, epochs=70, shuffle=False, verbose=0)
     assert history.history["loss"][0] > 2.5
     assert history.history["loss"][-1] < 0.05
     predictions = np.argmax(model.predict((src, decoder_in), verbose=0), axis=-1)

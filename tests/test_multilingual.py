@@ -44,15 +44,12 @@ def pair_settings(corpora, languages=("fr", "de")):
 
 @pytest.fixture(scope="session")
 def multi_run(tmp_path_factory, two_corpora, runtime_preset):
-    """A run of two pairs trained to step 10 (dev BLEU at 10); its training summary. One layer
-    (the runtime preset has two): what these tests check is the pairs' tags, settings and
-    signatures, not the depth, and every trace of its searches and signatures (the export's
-    above all) costs less for it."""
+    """A run of two pairs trained to step 10 (dev BLEU at 10); its training summary."""
     from keras_transformer.training import train
 
     run_dir = tmp_path_factory.mktemp("multi-run") / "run"
     config = toy_config(two_corpora["fr"], run_dir, train_steps=10, bleu_steps=10,
-                        bleu_sentences=8, num_layers=1, **pair_settings(two_corpora))
+                        bleu_sentences=8, **pair_settings(two_corpora))
     return run_dir, train(config)
 
 

@@ -16,7 +16,8 @@ def parse_run(tmp_path_factory, shared_data):
     from keras_transformer import cli
 
     run_dir = tmp_path_factory.mktemp("parse") / "run"
-    status = cli.main(["train", "--preset", "tiny", "--dataset", "ptb", "--source-dir",
+    status = cli.main(["train", "--preset", "tiny", "--num-layers", "1", "--dataset", "ptb",
+                       "--source-dir",
                        str(shared_data / "ptb-sample"), "--vocab-size", "1200", "--train-steps",
                        "20", "--eval-steps", "20", "--tokens-per-batch", "2048", "--max-length",
                        "256", "--output-dir", str(run_dir), "--verbose", "0"])

@@ -285,7 +285,7 @@ from keras_transformer import Transformer
 from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 
-model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0)
+model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_layers=1)
 model.build()
 model.load_weights(sys.argv[1])
 sources = np.load(sys.argv[2])

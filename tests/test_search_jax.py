@@ -48,7 +48,7 @@ from keras_transformer.decoding.search.sampling import compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
 
 folder = sys.argv[1]
-model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0)
+model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_layers=1)
 model.build()
 model.load_weights(folder + "/model.weights.h5")
 inputs = np.load(folder + "/inputs.npz")
@@ -98,7 +98,7 @@ def runs(tmp_path_factory):
     """(TensorFlow results, JAX results) of the same weights on the same inputs."""
     folder = tmp_path_factory.mktemp("search-jax")
     keras.utils.set_random_seed(11)
-    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0)
+    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, num_layers=1)
     model.build()
     model.save_weights(str(folder / "model.weights.h5"))
     other = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, num_layers=1)

@@ -50,7 +50,8 @@ def random_model(tiny_run):
 
     keras.utils.set_random_seed(3)
     run = open_run(tiny_run)
-    model = Transformer.from_preset("tiny", vocab_size=run.config.vocab_size, dropout=0.0)
+    model = Transformer.from_preset("tiny", vocab_size=run.config.vocab_size, dropout=0.0,
+                                    num_layers=1)
     model.build()
     return model, run.vocabulary()
 
@@ -182,7 +183,7 @@ import numpy as np, keras
 from keras_transformer import Transformer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 keras.utils.set_random_seed(0)
-model = Transformer.from_preset("tiny", vocab_size=40, dropout=0.0)
+model = Transformer.from_preset("tiny", vocab_size=40, dropout=0.0, num_layers=1)
 model.build()
 compiled_greedy_search(model, extra_length=5, jit_compile=True)(
     np.array([[5, 6, 7, 2, 0, 0, 0, 0]], np.int32))

@@ -136,7 +136,7 @@ def test_architecture_and_vocabulary_settings_are_refused_by_name(tiny_run, toy_
     # The parent's own value may be given; the rest of the recipe is the child's.
     config = with_parent(child_config(tiny_run, toy_corpus, tmp_path / "c", d_model=32,
                                       dropout=0.3))
-    assert (config.d_model, config.dropout, config.num_layers) == (32, 0.3, 2)
+    assert (config.d_model, config.dropout, config.num_layers) == (32, 0.3, 1)
 
     argv = ["train", "--init-from", str(tiny_run), "--dataset", "text", "--train-src",
             str(toy_corpus["train.src"]), "--train-tgt", str(toy_corpus["train.tgt"]),

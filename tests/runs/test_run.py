@@ -24,7 +24,7 @@ from tests.conftest import RUNTIME_PRESET, toy_config
 def test_config_json_is_self_contained(tiny_run):
     saved = json.loads((tiny_run / "config.json").read_text())
     assert saved["format_version"] == FORMAT_VERSION
-    assert saved["model"] == {**saved["model"], "num_layers": 2, "d_model": 32,
+    assert saved["model"] == {**saved["model"], "num_layers": 1, "d_model": 32,
                               "num_heads": 4, "d_ff": 64, "key_dim": 8, "value_dim": 8}
     training = saved["optimization"]
     assert (training["train_steps"], training["warmup_steps"], training["label_smoothing"]) \
@@ -75,7 +75,7 @@ def test_resume_refuses_a_different_architecture_by_name(run_copy, toy_corpus):
     with pytest.raises(ConfigError, match=r"vocab_size: 400 -> 500"):
         train(toy_config(toy_corpus, run_copy, vocab_size=500))
     # Keys equal to the saved architecture, and the resumable keys, may be given.
-    config = Run(run_copy).config_for(toy_config(toy_corpus, run_copy, d_model=32, num_layers=2,
+    config = Run(run_copy).config_for(toy_config(toy_corpus, run_copy, d_model=32, num_layers=1,
                                                  train_steps=40, eval_steps=7))
     assert (config.train_steps, config.eval_steps, config.architecture["d_model"]) == (40, 7, 32)
 
@@ -207,9 +207,8 @@ def test_a_resumed_run_trains_on_exactly_the_batches_of_an_uninterrupted_one(
     # checkpoint and resumed must end with the weights of a run that never stopped. Small
     # shards (several groups and epochs in 12 steps) and gradient accumulation make the data
     # position more than the step.
-    # One layer each side (the preset's two, halved): half the graph each training traces.
     settings = dict(dropout=0.0, shard_pairs=60, grad_accum_steps=2, tokens_per_batch=128,
-                    train_steps=12, checkpoint_steps=6, eval_steps=12, num_layers=1)
+                    train_steps=12, checkpoint_steps=6, eval_steps=12)
     train(toy_config(toy_corpus, tmp_path / "whole", **settings))
     # The killed run: the uninterrupted run's files as they were between steps 6 and 12 (its
     # step-6 checkpoint; no later checkpoint, final model or best model yet).
