@@ -29,24 +29,22 @@ SHARED_DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "d
 # -- Order and grouping on the workers (`make test`: pytest -n 3 --dist loadfile) -----------
 
 # The files that cost most in `make test` (CPU-seconds per file in a fresh-clone `make test`
-# with `--cpu-report`, rounded; measured 2026-12-02 at 01b9193 on a 2-core amx-class Intel
-# Xeon in a slow phase, so only their order matters; test_serving.py counts
-# test_serving_tf1.py, which runs on its worker), run first so that the workers end together;
-# the others follow in collection order. A unit of SAME_WORKER counts its files together. A
-# new heavy file belongs here.
+# with `--cpu-report`, rounded; measured 2026-12-02 at c0c6527 on a 2-core AVX2 AMD EPYC in a
+# slow phase, so only their order matters; test_serving.py counts test_serving_tf1.py, which
+# runs on its worker), run first so that the workers end together; the others follow in
+# collection order. A unit of SAME_WORKER counts its files together. A new heavy file belongs
+# here.
 HEAVY_FILES = {
-    "tests/test_export.py": 201, "tests/test_serving.py": 197, "tests/test_alignment.py": 115,
-    "tests/test_training.py": 98, "tests/test_multilingual.py": 75,
-    "tests/test_search_fixtures.py": 75, "tests/test_backends.py": 75,
-    "tests/test_distill.py": 72, "tests/test_constraints.py": 69,
-    "tests/test_repetition.py": 67, "tests/test_main_job.py": 64,
-    "tests/test_disk_full.py": 59, "tests/test_gpu_kit.py": 59, "tests/runs/test_run.py": 55,
-    "tests/test_translate.py": 55, "tests/test_search.py": 53,
-    "tests/test_bf16_decoding.py": 53, "tests/test_search_jax.py": 52,
-    "tests/test_model.py": 51, "tests/test_decoding_controls.py": 48,
-    "tests/test_loading.py": 48, "tests/test_early_stopping.py": 43, "tests/test_xla.py": 43,
-    "tests/test_ctranslate2.py": 41, "tests/runs/test_parent.py": 41,
-    "tests/runs/test_checkpoints.py": 40, "tests/test_tensorboard.py": 39,
+    "tests/test_export.py": 249, "tests/test_serving.py": 202, "tests/test_alignment.py": 142,
+    "tests/test_training.py": 135, "tests/test_search_fixtures.py": 97,
+    "tests/test_multilingual.py": 97, "tests/test_gpu_kit.py": 92, "tests/test_constraints.py": 86,
+    "tests/test_distill.py": 80, "tests/test_main_job.py": 79, "tests/test_backends.py": 71,
+    "tests/test_repetition.py": 68, "tests/test_disk_full.py": 54, "tests/test_xla.py": 52,
+    "tests/test_search.py": 48, "tests/test_early_stopping.py": 45, "tests/test_translate.py": 45,
+    "tests/runs/test_run.py": 44, "tests/runs/test_checkpoints.py": 43,
+    "tests/test_preemption.py": 42, "tests/test_search_jax.py": 42,
+    "tests/pipelines/test_batching.py": 41, "tests/pipelines/test_sources.py": 38,
+    "tests/test_loading.py": 37, "tests/test_package.py": 36,
 }
 # Files that share a session fixture run on one worker, as one unit: file -> the file whose
 # worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads).
