@@ -6,22 +6,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_transformer import Transformer
 from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.search.sampling import RandomSampler, compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.decoding.search.rules import NEG_INF
 from keras_transformer.errors import InputError
+from tests.search_helpers import tiny_model
 from tests.test_search import VOCAB, hypotheses, sources
 
 
 @pytest.fixture(scope="module")
 def model():
-    tf.keras.utils.set_random_seed(11)
-    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, num_layers=1)
-    model.build()
-    return model
+    return tiny_model(VOCAB, seed=11)
 
 
 # The searches several tests run, each traced once for the file (a compiled search traces once

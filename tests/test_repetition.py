@@ -285,7 +285,7 @@ from keras_transformer import Transformer
 from keras_transformer.decoding.search.beam_search import compiled_beam_search
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 
-model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_layers=1)
+model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_layers={layers})
 model.build()
 model.load_weights(sys.argv[1])
 sources = np.load(sys.argv[2])
@@ -308,7 +308,8 @@ def test_jax_gives_tensorflows_outputs_with_the_controls_on(model, sources, sear
     weights, rows = tmp_path / "tiny.weights.h5", tmp_path / "sources.npy"
     model.save_weights(weights)
     np.save(rows, sources)
-    script = JAX_SCRIPT.format(vocab=VOCAB, controls=repr(CONTROLS))
+    script = JAX_SCRIPT.format(vocab=VOCAB, layers=model.architecture["num_layers"],
+                               controls=repr(CONTROLS))
     result = subprocess.run([sys.executable, "-c", script, str(weights), str(rows)],
                             capture_output=True, text=True, timeout=600,
                             env={**os.environ, "KERAS_BACKEND": "jax", **FAST_XLA})

@@ -24,6 +24,7 @@ from keras_transformer.decoding.search.scoring import compiled_scorer
 from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.models import Ensemble
 from pipelines.special_ids import BOS_ID, EOS_ID
+from tests.search_helpers import tiny_model
 from tests.training_helpers import FAST_XLA
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ from keras_transformer.decoding.search.sampling import compiled_sample_search
 from keras_transformer.decoding.search.scoring import compiled_scorer
 
 folder = sys.argv[1]
-model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_layers=1)
+model = Transformer.from_preset("tiny", vocab_size={vocab}, dropout=0.0, num_layers={layers})
 model.build()
 model.load_weights(folder + "/model.weights.h5")
 inputs = np.load(folder + "/inputs.npz")
@@ -97,9 +98,7 @@ def sources():
 def runs(tmp_path_factory):
     """(TensorFlow results, JAX results) of the same weights on the same inputs."""
     folder = tmp_path_factory.mktemp("search-jax")
-    keras.utils.set_random_seed(11)
-    model = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, num_layers=1)
-    model.build()
+    model = tiny_model(VOCAB, seed=11)
     model.save_weights(str(folder / "model.weights.h5"))
     other = Transformer.from_preset("tiny", vocab_size=VOCAB, dropout=0.0, num_layers=1)
     other.build()
@@ -115,8 +114,9 @@ def runs(tmp_path_factory):
 
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "TF_CPP_MIN_LOG_LEVEL": "2", **FAST_XLA}
-    result = subprocess.run([sys.executable, "-c", JAX_SCRIPT.format(vocab=VOCAB), str(folder)],
-                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    script = JAX_SCRIPT.format(vocab=VOCAB, layers=model.architecture["num_layers"])
+    result = subprocess.run([sys.executable, "-c", script, str(folder)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report == {"backend": "jax", "types": ["ndarray"]}  # numpy out under JAX

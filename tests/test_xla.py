@@ -43,17 +43,11 @@ def test_padding_rows_repeat_the_first_and_are_cut_off():
 def random_model(tiny_run):
     """A tiny Transformer with random weights in the run's vocabulary: varied outputs, long
     and short, unlike a 20-step model's."""
-    import keras
-
-    from keras_transformer import Transformer
     from keras_transformer.runs import open_run
+    from tests.search_helpers import tiny_model
 
-    keras.utils.set_random_seed(3)
     run = open_run(tiny_run)
-    model = Transformer.from_preset("tiny", vocab_size=run.config.vocab_size, dropout=0.0,
-                                    num_layers=1)
-    model.build()
-    return model, run.vocabulary()
+    return tiny_model(run.config.vocab_size, seed=3), run.vocabulary()
 
 
 def _source_rows(count, vocab_size, seed=0):
