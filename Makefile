@@ -23,11 +23,12 @@ INSTALLER ?= uv
 
 $(STAMP): setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	if [ "$(INSTALLER)" = uv ] && $(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'; then \
+	@if [ "$(INSTALLER)" = uv ] && $(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'; then \
+	  echo "installing with uv $(UV_VERSION): uv pip install -e '.[dev]'"; \
 	  $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode \
 	    --upgrade-package pip pip -e '.[dev]'; \
 	else \
-	  echo "installing with pip (INSTALLER=$(INSTALLER))"; \
+	  echo "installing with pip ($(if $(filter uv,$(INSTALLER)),uv $(UV_VERSION) could not be installed,INSTALLER=$(INSTALLER)))"; \
 	  $(BIN)/python -m pip install --quiet --upgrade pip && \
 	  $(BIN)/python -m pip install --quiet -e '.[dev]'; \
 	fi
