@@ -14,10 +14,10 @@ install: $(STAMP)
 
 # The install runs uv (pinned below; a pip package with no dependencies) in the venv's place of
 # pip: the same pins from setup.py, unpacked in parallel and compiled to bytecode as pip does,
-# in 24 s of wall time from an empty cache where pip took 111 s (2 cores, docs/testing.md). pip
-# stays in the venv, upgraded, for `make gpu-kit`'s `pip download`. Where uv cannot be
-# installed (no wheel for the platform), pip does the whole install as before; `make
-# INSTALLER=pip ...` chooses pip.
+# in 42 s of wall time from an empty cache (28 s with it filled) where pip took 111 s (2 cores,
+# docs/testing.md). pip stays in the venv, upgraded, for `make gpu-kit`'s `pip download`. Where
+# uv cannot be installed (no wheel for the platform), pip does the whole install as before;
+# `make INSTALLER=pip ...` chooses pip.
 UV_VERSION := 0.13.9
 INSTALLER ?= uv
 
