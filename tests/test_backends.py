@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.training_helpers import FAST_XLA, train_command
+from tests.training_helpers import train_command
 
 pytest.importorskip("jax")
 
@@ -59,7 +59,7 @@ def jax_commands(folder, *commands):
     answers = folder / f"answers-{len(list(folder.glob('answers-*')))}.json"
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
            "JAX_COMPILATION_CACHE_DIR": str(folder / "jax-cache"),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", **FAST_XLA}
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     result = subprocess.run(
         [sys.executable, "-c", JAX_COMMANDS, str(answers), json.dumps(commands)],
         capture_output=True, text=True, timeout=900, env=env, cwd=ROOT)

@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-from tests.training_helpers import FAST_XLA
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -20,7 +19,7 @@ needs_jax = pytest.mark.skipif(importlib.util.find_spec("jax") is None,
 def run_benchmark(*args):
     """Runs `benchmarks/gpu.py --tiny ...` as on the GPU machine: Keras on JAX, no TensorFlow
     (the script blocks its import). Returns the parsed JSON lines."""
-    env = {**os.environ, "KERAS_BACKEND": "jax", **FAST_XLA}
+    env = {**os.environ, "KERAS_BACKEND": "jax"}
     result = subprocess.run(
         [sys.executable, "benchmarks/gpu.py", "--tiny", "--steps", "2", "--warmup", "1", *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -13,7 +13,6 @@ import sys
 import numpy as np
 import pytest
 
-from tests.training_helpers import FAST_XLA
 
 # What a user types, in a fresh interpreter: each file loaded compiled (the default) and not,
 # with safe_mode=True; prints what loaded and the logits of one fixed batch.
@@ -80,7 +79,7 @@ def saved_files(tiny_run, tmp_path_factory):
 
 
 def _load_in_fresh_interpreter(paths, backend):
-    environ = {**os.environ, "KERAS_BACKEND": backend, **(FAST_XLA if backend == "jax" else {})}
+    environ = {**os.environ, "KERAS_BACKEND": backend}
     result = subprocess.run([sys.executable, "-c", LOAD, *paths], capture_output=True,
                             text=True, env=environ, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -24,7 +24,6 @@ from keras_transformer.errors import InputError
 from pipelines.special_ids import EOS_ID
 from tests.conftest import run_engine
 from tests.search_helpers import source_rows, tiny_model
-from tests.training_helpers import FAST_XLA
 
 VOCAB = 40
 
@@ -312,7 +311,7 @@ def test_jax_gives_tensorflows_outputs_with_the_controls_on(model, sources, sear
                                controls=repr(CONTROLS))
     result = subprocess.run([sys.executable, "-c", script, str(weights), str(rows)],
                             capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "KERAS_BACKEND": "jax", **FAST_XLA})
+                            env={**os.environ, "KERAS_BACKEND": "jax"})
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.strip().splitlines()[-1])
     for name in ("beam", "greedy"):

@@ -25,7 +25,6 @@ from keras_transformer.decoding.search.greedy import compiled_greedy_search
 from keras_transformer.models import Ensemble
 from pipelines.special_ids import BOS_ID, EOS_ID
 from tests.search_helpers import tiny_model
-from tests.training_helpers import FAST_XLA
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 40
@@ -113,7 +112,7 @@ def runs(tmp_path_factory):
              constraints=constraints)
 
     env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-           "TF_CPP_MIN_LOG_LEVEL": "2", **FAST_XLA}
+           "TF_CPP_MIN_LOG_LEVEL": "2"}
     script = JAX_SCRIPT.format(vocab=VOCAB, layers=model.architecture["num_layers"])
     result = subprocess.run([sys.executable, "-c", script, str(folder)], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)

@@ -10,7 +10,6 @@ import sys
 
 import pytest
 
-from tests.training_helpers import FAST_XLA
 
 TRAIN_TAGS = {"loss", "learning_rate", "tokens_per_s"}
 DEV_TAGS = {"loss", "perplexity", "token_accuracy"}
@@ -127,8 +126,7 @@ def test_the_events_on_jax(toy_corpus, tmp_path):
                "--precision", "float32", "--verbose", "0", "--output-dir", str(run_dir),
                "--num-layers", "1"]  # one layer each side: half of what XLA compiles
     result = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-                                 **FAST_XLA},
+                            env={**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},
                             cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert result.returncode == 0, result.stderr[-3000:]
     train = read_events(run_dir / "logs" / "train")

@@ -8,16 +8,6 @@ import subprocess
 import sys
 import time
 
-# The environment of the tests' JAX child processes: XLA:CPU without its backend optimizations
-# and with its classic (LLVM IR) emitters instead of the MLIR fusion emitters. The tests compare
-# outputs and check that things run, not speed: the first flag cuts about 30% of a
-# compilation's CPU, the second about 40% of the rest (a tiny model's beam search: 3.3 -> 2.0
-# CPU-s). The second flag exists in the pinned jaxlib (setup.py); one without it stops at
-# start-up with "Unknown flag".
-FAST_XLA = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") +
-                          " --xla_backend_optimization_level=0"
-                          " --xla_cpu_use_fusion_emitters=false").strip()}
-
 WORDS = ["dog", "cat", "bird", "runs", "jumps", "sleeps", "the", "a", "red", "big", "small",
          "green", "in", "on", "park", "house", "tree", "water"]
 
