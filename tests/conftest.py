@@ -23,12 +23,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # not speed: the first flag cuts about 30% of a compilation's CPU, the second about 40% of the
 # rest (a tiny model's JAX beam search: 3.3 -> 2.0 CPU-s); TensorFlow's XLA tests took 23% less
 # CPU with both (docs/testing.md). The second flag exists in the pinned jaxlib and tensorflow
-# (setup.py); one without it stops at start-up with "Unknown flag". Flags the environment
-# already gives are kept (an XLA_FLAGS of the user's comes first).
+# (setup.py); one without it stops at start-up with "Unknown flag". A flag the environment's
+# XLA_FLAGS already sets keeps its value there.
 FAST_XLA_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
-os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", "")] + [flag for flag in FAST_XLA_FLAGS
-                                         if flag not in os.environ.get("XLA_FLAGS", "")]).strip()
+_given = os.environ.get("XLA_FLAGS", "")
+os.environ["XLA_FLAGS"] = " ".join([_given] + [
+    flag for flag in FAST_XLA_FLAGS if flag.split("=")[0] + "=" not in _given]).strip()
 
 import pytest  # noqa: E402
 
