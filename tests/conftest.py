@@ -21,7 +21,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # its classic (LLVM IR) emitters instead of the MLIR fusion emitters, in each test process and
 # the child processes the tests start. The tests compare outputs and check that things run,
 # not speed: the first flag cuts about 30% of a compilation's CPU, the second about 40% of the
-# rest (a tiny model's JAX beam search: 3.3 -> 2.0 CPU-s); TensorFlow's XLA tests took 23% less
+# rest (a tiny model's JAX beam search: 3.3 -> 2.0 CPU-s); TensorFlow's XLA tests took 23-30% less
 # CPU with both (docs/testing.md). The second flag exists in the pinned jaxlib and tensorflow
 # (setup.py); one without it stops at start-up with "Unknown flag". A flag the environment's
 # XLA_FLAGS already sets keeps its value there.
