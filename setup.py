@@ -35,7 +35,9 @@ EXTRAS_REQUIRE = {
     "litert": ["ai-edge-litert==2.3.0"],
     # LiteRT's interpreter for the TFLite tests and benchmark
     "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "jax==0.10.2",
-            "jaxlib==0.10.2", "ai-edge-litert==2.3.0"],
+            "jaxlib==0.10.2", "ai-edge-litert==2.3.0",
+            # oneTBB's malloc, which the tests preload in their processes (tests/conftest.py)
+            "tbb==2023.2.0"],
 }
 
 setup(
