@@ -38,9 +38,11 @@ os.environ["XLA_FLAGS"] = " ".join([_given] + [
 # asks for one. The `tbb` wheel (a dev pin in setup.py) puts the library in the venv's lib/;
 # without it (a venv without the dev extra, a platform with no wheel) the tests run on the
 # system's malloc, and LD_PRELOAD's other entries stay first.
+# `KERAS_TRANSFORMER_TEST_MALLOC=system` keeps glibc's (a memory checker, a crash to compare).
 _ALLOCATOR = [str(pathlib.Path(sys.prefix) / "lib" / name)
               for name in ("libtbbmalloc.so.2", "libtbbmalloc_proxy.so.2")]
-if sys.platform.startswith("linux") and all(os.path.exists(path) for path in _ALLOCATOR):
+if (sys.platform.startswith("linux") and os.environ.get("KERAS_TRANSFORMER_TEST_MALLOC") != "system"
+        and all(os.path.exists(path) for path in _ALLOCATOR)):
     _preloaded = os.environ.get("LD_PRELOAD", "").split()
     os.environ["LD_PRELOAD"] = " ".join(
         _preloaded + [path for path in _ALLOCATOR if path not in _preloaded])
