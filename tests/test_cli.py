@@ -1,6 +1,7 @@
 """The command line's pieces without a trained model: verbosity, the console, the decoding
 choice and what it says, text lines, the evaluation of a split, the export paths."""
 
+import importlib
 import json
 import pathlib
 import subprocess
@@ -81,6 +82,28 @@ def choice(run, **given):
     return Decoder.from_flags(build_parser().parse_args(
         ["translate", "--run-dir", str(run.directory),
          *[f"--{key}={value}" for key, value in given.items()]]), "translate", run)
+
+
+def test_the_frameworks_optional_imports_fail_only_while_they_start(tmp_path, monkeypatch):
+    from keras_transformer.cli import lean_start
+
+    assert lean_start.optional_imports("tensorflow") == ("jax", "matplotlib")
+    assert lean_start.optional_imports("jax") == ("matplotlib",)  # Keras on JAX needs it
+    package = tmp_path / "optional_plots"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "pyplot.py").write_text("DRAWN = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with lean_start.without_optional_imports(["optional_plots", "json"]):
+        with pytest.raises(ModuleNotFoundError, match="not imported while the command starts"):
+            importlib.import_module("optional_plots.pyplot")
+        import json as again  # already imported: left alone
+    assert again is json and "optional_plots" not in sys.modules
+    import optional_plots.pyplot
+
+    assert optional_plots.pyplot.DRAWN
+    monkeypatch.delitem(sys.modules, "optional_plots")
+    monkeypatch.delitem(sys.modules, "optional_plots.pyplot")
 
 
 def test_without_a_saved_choice_the_defaults_decode(tmp_path):

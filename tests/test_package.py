@@ -147,7 +147,8 @@ def test_the_command_registers_the_classes_once_its_console_is_set_up():
     code = """
 import atexit, json, os, sys
 atexit.register(lambda: print(json.dumps([os.environ.get("TF_CPP_MIN_LOG_LEVEL"), sorted(
-    n for n in __import__("keras").saving.get_custom_objects() if n.startswith("keras_t"))])))
+    n for n in __import__("keras").saving.get_custom_objects() if n.startswith("keras_t")),
+    [name in sys.modules for name in ("tensorflow", "jax", "matplotlib")]])))
 sys.argv = ["keras-transformer", "params", "--preset", "base", "--vocab-size", "100"]
 import keras_transformer_command
 keras_transformer_command.main()
@@ -157,6 +158,9 @@ keras_transformer_command.main()
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             env=environ)
     assert result.returncode == 0, result.stderr[-3000:]
-    level, registered = json.loads(result.stdout.strip().splitlines()[-1])
+    level, registered, loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert level == "2"  # the command's default, set before TensorFlow loaded (it sets 1)
     assert {name.split(">")[1] for name in registered} == SAVEABLE
+    # TensorFlow loaded without its optional imports of JAX and matplotlib (cli/lean_start.py;
+    # the `dev` extra installs both).
+    assert loaded == [True, False, False]

@@ -28,10 +28,11 @@ traceback under --debug.
 """
 
 import argparse
+import contextlib
 import os
 import sys
 
-from keras_transformer.cli import console
+from keras_transformer.cli import console, lean_start
 from keras_transformer.cli import decode, demo, distill, export, models, score, train
 
 # In the order `keras-transformer --help` lists them.
@@ -95,14 +96,18 @@ def main(argv=None, own_console=False):
 
     own_console: the process is the command (`console_main`): native logs go to /dev/null
     unless --verbose, and TensorFlow's CPU kernel defaults apply. Otherwise (tests, scripts,
-    `python -m keras_transformer.cli`) only the environment defaults are set.
+    `python -m keras_transformer.cli`) only the environment defaults are set. In the command's
+    own process TensorFlow and Keras also load without their optional imports of JAX and
+    matplotlib (`keras_transformer.cli.lean_start`).
     """
     args = build_parser().parse_args(argv)
     console.setup(shows_native_logs(args), own_console=own_console)
     if uses_keras(args):
         import keras_transformer
 
-        keras_transformer.register()  # the saved classes (deferred by the entry point)
+        with (lean_start.without_optional_imports() if own_console
+              else contextlib.nullcontext()):
+            keras_transformer.register()  # the saved classes (deferred by the entry point)
     debug = args.debug or bool(os.environ.get("KERAS_TRANSFORMER_DEBUG"))
     from keras_transformer.errors import UserError
     from pipelines.errors import DataError, NoSpaceError
