@@ -124,6 +124,26 @@ def _data_cache(tmp_path_factory):
     os.environ["KERAS_TRANSFORMER_DATA_CACHE"] = str(tmp_path_factory.mktemp("data-cache"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_stack_trace_for_every_op():
+    """TensorFlow records the Python stack (frame by frame, 100 deep under pytest) on every op
+    it adds to a graph, for the messages that name where a failing op was made. Tracing is
+    about 40% of the workers' CPU, and that record about 15% of tracing (a profile of the whole
+    suite, docs/testing.md). In the test workers every op gets one stack, recorded once: the
+    graphs, their outputs and the errors are the same, only an error's "defined at" lines
+    point here. `KERAS_TRANSFORMER_TEST_OP_STACKS=each` records each op's own (to debug a
+    failing trace); child processes always do."""
+    if os.environ.get("KERAS_TRANSFORMER_TEST_OP_STACKS") == "each":
+        yield
+        return
+    from tensorflow.python.util import tf_stack
+
+    recorded, shared = tf_stack.extract_stack, tf_stack.extract_stack()
+    tf_stack.extract_stack = lambda stacklevel=1: shared
+    yield
+    tf_stack.extract_stack = recorded
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     # Keras (and TensorFlow) are imported here, in the workers, not when pytest loads this
