@@ -125,23 +125,14 @@ def _data_cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _one_stack_trace_for_every_op():
-    """TensorFlow records the Python stack (frame by frame, 100 deep under pytest) on every op
-    it adds to a graph, for the messages that name where a failing op was made. Tracing is
-    about 40% of the workers' CPU, and that record about 15% of tracing (a profile of the whole
-    suite, docs/testing.md). In the test workers every op gets one stack, recorded once: the
-    graphs, their outputs and the errors are the same, only an error's "defined at" lines
-    point here. `KERAS_TRANSFORMER_TEST_OP_STACKS=each` records each op's own (to debug a
-    failing trace); child processes always do."""
-    if os.environ.get("KERAS_TRANSFORMER_TEST_OP_STACKS") == "each":
-        yield
-        return
-    from tensorflow.python.util import tf_stack
+def _cheaper_graph_building():
+    """Tracing is the largest part of the workers' CPU; three parts of TensorFlow's work per
+    graph op that no test reads are skipped in the workers, the graphs and errors unchanged
+    (tests/graph_building.py)."""
+    from tests.graph_building import cheaper_graph_building
 
-    recorded, shared = tf_stack.extract_stack, tf_stack.extract_stack()
-    tf_stack.extract_stack = lambda stacklevel=1: shared
-    yield
-    tf_stack.extract_stack = recorded
+    with cheaper_graph_building():
+        yield
 
 
 @pytest.fixture(autouse=True)
