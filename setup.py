@@ -17,7 +17,7 @@ INSTALL_REQUIRES = [
     "numpy>=1.26,<3",
     # TensorFlow's and JAX's numpy dtypes (bfloat16, float8...). 0.7.0 registers its ufunc
     # promoters in a way that takes 1.3-1.4 s of every `import tensorflow` (numpy 2.2-2.4, 2
-    # cores); 0.6.0 has the same dtypes and imports in 0.02 s (docs/testing.md).
+    # cores); 0.6.0 has the same dtypes and imports in 0.02 s (docs/performance.md).
     "ml_dtypes==0.6.0",
     "pyyaml==6.0.3",
     "tqdm==4.70.1",

@@ -4,16 +4,15 @@ When the packages are installed, `import tensorflow` imports JAX (tensorflow.lit
 for `jax.jit`, to convert JAX functions to TFLite) and `import keras` imports matplotlib.pyplot
 (for `keras.visualization`'s plots). Both imports sit in a `try ... except ImportError`, and the
 command uses neither feature: it exports TFLite from TensorFlow functions, and its attention
-pictures import matplotlib themselves. On 2 cores they cost 1.2-1.3 s of the 5-6 s a command
-spends loading the frameworks (docs/testing.md).
+pictures import matplotlib themselves. On 2 cores they took 1.3-2.1 s of a 6.4-8.5 s start
+(docs/performance.md, "The command's start-up").
 
 So, in the process of the installed `keras-transformer` command (whose entry point loads the
 frameworks after parsing its arguments: keras_transformer_command.py), `without_optional_imports`
 makes those imports fail as if the packages were missing while TensorFlow and Keras load, and
-only then. Under the JAX backend
-Keras needs JAX, which is left alone. Anything that asks for them afterwards (the attention
-pictures, a later `import jax`) imports them as usual; only TFLite's JAX converter and Keras'
-plotting helpers stay off in that process.
+only then. Under the JAX backend Keras needs JAX, which is left alone. Anything that asks for
+them afterwards (the attention pictures, a later `import jax`) imports them as usual; only
+TFLite's JAX converter and Keras' plotting helpers stay off in that process.
 """
 
 import contextlib
