@@ -26,23 +26,56 @@ import os
 
 SWITCH = "KERAS_TRANSFORMER_TEST_GRAPH_BUILDING"
 
+# (module, attribute) -> TensorFlow's own function, recorded before the first shortcut.
+_SHIPPED = {}
+
+
+def _targets():
+    from tensorflow.python.framework import auto_control_deps_utils, op_def_library
+    from tensorflow.python.util import tf_stack
+
+    return ((tf_stack, "extract_stack"), (op_def_library, "_SatisfiesTypeConstraint"),
+            (auto_control_deps_utils, "get_read_write_resource_inputs"))
+
+
+def _shipped():
+    """TensorFlow's own functions, in `_targets()`'s order."""
+    for module, name in _targets():
+        _SHIPPED.setdefault((module.__name__, name), getattr(module, name))
+    return [_SHIPPED[module.__name__, name] for module, name in _targets()]
+
+
+@contextlib.contextmanager
+def _functions(replacements):
+    """Within the block, `_targets()` are `replacements`; what was there before after it."""
+    before = [getattr(module, name) for module, name in _targets()]
+    for (module, name), replacement in zip(_targets(), replacements):
+        setattr(module, name, replacement)
+    try:
+        yield
+    finally:
+        for (module, name), function in zip(_targets(), before):
+            setattr(module, name, function)
+
+
+@contextlib.contextmanager
+def as_shipped():
+    """Within the block, TensorFlow's own functions (also inside `cheaper_graph_building`)."""
+    with _functions(_shipped()):
+        yield
+
 
 @contextlib.contextmanager
 def cheaper_graph_building():
     """Within the block, the three shortcuts above are in place (unless SWITCH says
-    `tensorflow`); TensorFlow's own functions are back after it."""
+    `tensorflow`); what was there before after it."""
     if os.environ.get(SWITCH) == "tensorflow":
         yield
         return
-    from tensorflow.python.framework import auto_control_deps_utils, dtypes, op_def_library
-    from tensorflow.python.util import tf_stack
+    from tensorflow.python.framework import dtypes
+    from tensorflow.python.util import object_identity
 
-    originals = [(tf_stack, "extract_stack", tf_stack.extract_stack),
-                 (op_def_library, "_SatisfiesTypeConstraint",
-                  op_def_library._SatisfiesTypeConstraint),
-                 (auto_control_deps_utils, "get_read_write_resource_inputs",
-                  auto_control_deps_utils.get_read_write_resource_inputs)]
-    (_, _, extract_stack), (_, _, satisfies), (_, _, resource_inputs) = originals
+    extract_stack, satisfies, resource_inputs = _shipped()
     shared = extract_stack()
 
     def one_stack(stacklevel=1):
@@ -56,14 +89,7 @@ def cheaper_graph_building():
     def read_write_resource_inputs(op):
         if any(tensor.dtype == dtypes.resource for tensor in op.inputs):
             return resource_inputs(op)
-        return auto_control_deps_utils.object_identity.ObjectIdentitySet(), \
-            auto_control_deps_utils.object_identity.ObjectIdentitySet()
+        return object_identity.ObjectIdentitySet(), object_identity.ObjectIdentitySet()
 
-    replacements = (one_stack, satisfies_type_constraint, read_write_resource_inputs)
-    for (module, name, _), replacement in zip(originals, replacements):
-        setattr(module, name, replacement)
-    try:
+    with _functions((one_stack, satisfies_type_constraint, read_write_resource_inputs)):
         yield
-    finally:
-        for module, name, original in originals:
-            setattr(module, name, original)
