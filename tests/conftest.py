@@ -135,6 +135,50 @@ def _cheaper_graph_building():
         yield
 
 
+# TensorFlow's graph optimizer (Grappler's meta-optimizer) off in the test workers: it rewrites
+# each graph the first time a `tf.function` runs, and a tiny model's first training step cost
+# 1.5-2.0 CPU-s with it against 0.6-0.9 without (steps after the first: 24 ms either way); no
+# single pass turned off saved anything, the optimizer off did (docs/testing.md). Its rewrites
+# keep what a graph computes, but not every float to the last bit (fused kernels), so a test
+# that compares numbers to the last bit with a child process, which runs TensorFlow as it ships,
+# turns it back on (`graph_optimizer_on`). Child processes (the fresh-process loads, the TF1
+# Session, the served SavedModels) keep it: it is what TensorFlow Serving runs.
+# `KERAS_TRANSFORMER_TEST_GRAPH_OPTIMIZER=on` leaves it on in the workers too.
+GRAPH_OPTIMIZER_SWITCH = "KERAS_TRANSFORMER_TEST_GRAPH_OPTIMIZER"
+
+
+def graph_optimizer_off_in_workers():
+    """Whether the test workers run TensorFlow's graph optimizer off (GRAPH_OPTIMIZER_SWITCH)."""
+    return os.environ.get(GRAPH_OPTIMIZER_SWITCH) != "on"
+
+
+def set_graph_optimizer(on):
+    """TensorFlow's graph optimizer on or off for the functions this process instantiates from
+    now on (a function keeps the optimizer's choice of its first run)."""
+    import tensorflow as tf
+
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": not on})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _graph_optimizer_off():
+    if not graph_optimizer_off_in_workers():
+        yield
+        return
+    set_graph_optimizer(False)
+    yield
+    set_graph_optimizer(True)
+
+
+@pytest.fixture
+def graph_optimizer_on():
+    """TensorFlow's graph optimizer on during the test, as in a child process: for a test whose
+    numbers, computed in this process, must equal a child process's to the last bit."""
+    set_graph_optimizer(True)
+    yield
+    set_graph_optimizer(not graph_optimizer_off_in_workers())
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     # Keras (and TensorFlow) are imported here, in the workers, not when pytest loads this

@@ -46,7 +46,7 @@ def weights(model):
 
 @pytest.mark.slow  # three short trainings of the tiny preset (~1 minute on 2 cores)
 def test_a_run_stops_on_its_own_keeps_its_best_and_resumes_to_the_same_decision(
-        toy_corpus, tmp_path, capsys):
+        toy_corpus, tmp_path, capsys, graph_optimizer_on):  # in-process steps equal to the child's
     corpus = toy_corpus  # its prepared data may be in the session's cache already
     whole_dir, pieces_dir = tmp_path / "whole", tmp_path / "pieces"
     # The run killed (SIGKILL: no checkpoint of its own) after its second evaluation: a

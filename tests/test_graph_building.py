@@ -1,9 +1,13 @@
 """The test workers' cheaper graph building (tests/graph_building.py) builds what TensorFlow
-builds: the same nodes and control edges, the same outputs, TensorFlow's own type errors."""
+builds: the same nodes and control edges, the same outputs, TensorFlow's own type errors. The
+workers run graphs without TensorFlow's graph optimizer (tests/conftest.py), and a graph gives
+the same numbers, within float rounding, either way."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.conftest import graph_optimizer_off_in_workers, set_graph_optimizer
 from tests.graph_building import SWITCH, as_shipped, cheaper_graph_building
 
 
@@ -48,3 +52,31 @@ def test_a_type_not_allowed_gets_tensorflows_error(monkeypatch):
     with cheaper_graph_building():
         assert add_booleans() == shipped
     assert "not in list of allowed values: bfloat16" in shipped
+
+
+def test_the_workers_run_graphs_without_the_graph_optimizer_and_get_the_same_numbers():
+    if not graph_optimizer_off_in_workers():
+        pytest.skip("KERAS_TRANSFORMER_TEST_GRAPH_OPTIMIZER=on: the optimizer is on here")
+    assert tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"] is True
+    inputs = tf.random.stateless_normal([8, 16], seed=[1, 2])
+    weights = tf.random.stateless_normal([16, 16], seed=[3, 4])
+
+    def layers(x):  # matrix products, biases and activations: what the optimizer fuses
+        for _ in range(4):
+            x = tf.nn.relu(tf.matmul(x, weights) + 0.1) - 0.5 * tf.reduce_mean(x, axis=-1,
+                                                                                 keepdims=True)
+        return tf.nn.softmax(x)
+
+    without = tf.function(layers)(inputs).numpy()  # a new function: its first run is now
+    set_graph_optimizer(True)
+    try:
+        assert tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"] is False
+        with_optimizer = tf.function(layers)(inputs).numpy()
+    finally:
+        set_graph_optimizer(False)
+    np.testing.assert_allclose(without, with_optimizer, rtol=1e-5, atol=1e-7)
+    assert not np.array_equal(without, np.zeros_like(without))
+
+
+def test_a_test_can_turn_the_graph_optimizer_back_on(graph_optimizer_on):
+    assert tf.config.optimizer.get_experimental_options()["disable_meta_optimizer"] is False

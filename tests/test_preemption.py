@@ -51,7 +51,7 @@ def lock_holder(run_dir):
 
 @pytest.mark.slow
 def test_sigterm_checkpoints_the_step_and_the_resumed_run_trains_as_an_uninterrupted_one(
-        tmp_path, capsys):
+        tmp_path, capsys, graph_optimizer_on):  # in-process steps equal to the child's
     from keras_transformer import cli
 
     corpus = write_corpus(tmp_path / "corpus")
