@@ -137,7 +137,7 @@ def _cheaper_graph_building():
 
 # TensorFlow's graph optimizer (Grappler's meta-optimizer) off in the test workers: it rewrites
 # each graph the first time a `tf.function` runs, and a tiny model's first training step cost
-# 1.5-2.0 CPU-s with it against 0.6-0.9 without (steps after the first: 24 ms either way); no
+# 1.5-2.1 CPU-s with it against 0.6-0.9 without (steps after the first: 24 ms either way); no
 # single pass turned off saved anything, the optimizer off did (docs/testing.md). Its rewrites
 # keep what a graph computes, but not every float to the last bit (fused kernels), so a test
 # that compares numbers to the last bit with a child process, which runs TensorFlow as it ships,
