@@ -140,8 +140,8 @@ def _cheaper_graph_building():
 # 1.5-2.1 CPU-s with it against 0.6-0.9 without (steps after the first: 24 ms either way); no
 # single pass turned off saved anything, the optimizer off did (docs/testing.md). Its rewrites
 # keep what a graph computes, but not every float to the last bit (fused kernels), so a test
-# that compares numbers to the last bit with a child process, which runs TensorFlow as it ships,
-# turns it back on (`graph_optimizer_on`). Child processes (the fresh-process loads, the TF1
+# that compares what it computes in this process to the last bit or byte with what a child
+# process computed (which runs TensorFlow as it ships) turns it back on (`graph_optimizer_on`). Child processes (the fresh-process loads, the TF1
 # Session, the served SavedModels) keep it: it is what TensorFlow Serving runs.
 # `KERAS_TRANSFORMER_TEST_GRAPH_OPTIMIZER=on` leaves it on in the workers too.
 GRAPH_OPTIMIZER_SWITCH = "KERAS_TRANSFORMER_TEST_GRAPH_OPTIMIZER"

@@ -56,7 +56,7 @@ def distill(*arguments):
 
 @pytest.mark.slow  # trains a teacher and two students, and kills a child process
 def test_a_killed_distillation_ends_with_the_same_corpus_and_the_student_trains_and_resumes(
-        teacher, tmp_path, capsys):
+        teacher, tmp_path, capsys, graph_optimizer_on):  # this process's lines as the child's
     from keras_transformer.runs import Run
 
     whole, killed = Run(tmp_path / "whole"), Run(tmp_path / "killed")

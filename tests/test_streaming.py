@@ -72,8 +72,8 @@ def test_a_partial_output_is_continued_only_by_the_same_job(tmp_path):
 
 
 @pytest.mark.slow  # a child process that imports TensorFlow
-def test_a_translate_killed_half_way_and_run_again_writes_the_whole_output(tiny_run, tmp_path,
-                                                                          capsys):
+def test_a_translate_killed_half_way_and_run_again_writes_the_whole_output(
+        tiny_run, tmp_path, capsys, graph_optimizer_on):  # this process's lines as the child's
     from keras_transformer import cli
 
     source = tmp_path / "in.txt"
