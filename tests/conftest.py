@@ -141,8 +141,9 @@ def _cheaper_graph_building():
 # single pass turned off saved anything, the optimizer off did (docs/testing.md). Its rewrites
 # keep what a graph computes, but not every float to the last bit (fused kernels), so a test
 # that compares what it computes in this process to the last bit or byte with what a child
-# process computed (which runs TensorFlow as it ships) turns it back on (`graph_optimizer_on`). Child processes (the fresh-process loads, the TF1
-# Session, the served SavedModels) keep it: it is what TensorFlow Serving runs.
+# process computed (which runs TensorFlow as it ships) turns it back on (`graph_optimizer_on`).
+# Child processes (the fresh-process loads, the TF1 Session, the served SavedModels) keep it:
+# it is what TensorFlow Serving runs.
 # `KERAS_TRANSFORMER_TEST_GRAPH_OPTIMIZER=on` leaves it on in the workers too.
 GRAPH_OPTIMIZER_SWITCH = "KERAS_TRANSFORMER_TEST_GRAPH_OPTIMIZER"
 
@@ -173,7 +174,7 @@ def _graph_optimizer_off():
 @pytest.fixture
 def graph_optimizer_on():
     """TensorFlow's graph optimizer on during the test, as in a child process: for a test whose
-    numbers, computed in this process, must equal a child process's to the last bit."""
+    numbers or text, computed in this process, must equal a child process's to the last bit."""
     set_graph_optimizer(True)
     yield
     set_graph_optimizer(not graph_optimizer_off_in_workers())
