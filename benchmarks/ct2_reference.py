@@ -142,17 +142,20 @@ print(json.dumps({"status": os.waitstatus_to_exitcode(status),
 """
 
 
-def run_measured(command, env=None):
+def run_measured(command, env=None, stdin=None, stdout=None):
     """(seconds, standard output, standard error, peak RSS in MiB) of `command`, timed from
-    its start to its exit; SystemExit with its standard error if it fails."""
+    its start to its exit; SystemExit with its standard error if it fails. `stdin`, `stdout`:
+    open files the command reads and writes in place of pipes (its standard output is then
+    "")."""
     done = subprocess.run([sys.executable, "-S", "-c", LAUNCHER, *command], env=env,
-                          capture_output=True, text=True)
+                          stdin=stdin, stdout=stdout or subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
     *lines, last = done.stderr.rstrip("\n").split("\n")
     figures = json.loads(last)
     if figures["status"]:
         raise SystemExit(f"{' '.join(command)} failed ({figures['status']}):\n"
                          + "\n".join(lines)[-3000:])
-    return figures["seconds"], done.stdout, "\n".join(lines), figures["peak_rss_mb"]
+    return figures["seconds"], done.stdout or "", "\n".join(lines), figures["peak_rss_mb"]
 
 
 def run_once(setting, model, source, output=None, beam=4, alpha=1.0, extra=()):

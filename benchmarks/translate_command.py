@@ -20,6 +20,8 @@ In one run, one after the other, each a fresh `keras-transformer translate --run
                  ctranslate2 --quantize int8` into a temporary folder; its time is not counted)
                  with its default workers and threads, then each setting of the threading
                  grid (`lane_settings`; `lane_best`)
+    lane_redirected  the lane as `make demo` prints it: `translate ... < SOURCE > FILE`,
+                 standard input and output redirected from and to files (default setting)
 
 and the anchor, CTranslate2 itself: benchmarks/ct2_reference.py (a process of ctranslate2 and
 sentencepiece only, `translate_iterable`, the same beam, alpha and length limits) on the same
@@ -69,10 +71,15 @@ def command(*arguments):
     return [sys.executable, "-m", "keras_transformer_command", *arguments]
 
 
-def run_timed(arguments, environ):
+def run_timed(arguments, environ, source=None, output=None):
     """(seconds, standard error, peak RSS in MiB) of one command, start to exit; raises if it
-    fails."""
-    seconds, _, stderr, rss = run_measured(command(*arguments), environ)
+    fails. `source`, `output`: files its standard input and output are redirected from and
+    to (`command < source > output`)."""
+    if source is None:
+        seconds, _, stderr, rss = run_measured(command(*arguments), environ)
+        return seconds, stderr, rss
+    with open(source, "rb") as stdin, open(output, "wb") as stdout:
+        seconds, _, stderr, rss = run_measured(command(*arguments), environ, stdin, stdout)
     return seconds, stderr, rss
 
 
@@ -142,15 +149,20 @@ def main(argv=None):
                 ct2 = str(next((folder / "ct2").glob("*/ctranslate2-int8")))
             lane = ["--engine", "ctranslate2", "--ctranslate2-model", ct2, *batch]
             runs["lane"] = lane
+            runs["lane_redirected"] = lane
             for setting in [s for s in grid if s[1]]:  # the reference's grid, defaults aside
                 runs[f"lane_{label(setting)}"] = [*lane, "--workers", str(setting[0]),
                                                   "--threads", str(setting[1])]
         outputs = {}
         for name, flags in runs.items():
             output = folder / f"{name}.txt"
-            seconds, stderr, rss = run_timed(["translate", "--run-dir", args.run_dir,
-                                              "--input", str(source), "--output",
-                                              str(output), *flags], environ)
+            if name == "lane_redirected":
+                seconds, stderr, rss = run_timed(["translate", "--run-dir", args.run_dir,
+                                                  *flags], environ, source, output)
+            else:
+                seconds, stderr, rss = run_timed(["translate", "--run-dir", args.run_dir,
+                                                  "--input", str(source), "--output",
+                                                  str(output), *flags], environ)
             outputs[name] = read_lines(output)
             record[f"{name}_seconds"] = round(seconds, 2)
             record[f"{name}_peak_rss_mb"] = rss
@@ -173,7 +185,8 @@ def main(argv=None):
         best = min(ours, key=lambda name: record[f"{name}_seconds"])
         record.update(ours_best_setting=best, ours_best_seconds=record[f"{best}_seconds"])
     if "ctranslate2" in engines:
-        lanes = [name for name in outputs if name.startswith("lane_")]
+        lanes = [name for name in outputs if name.startswith("lane_")
+                 and name != "lane_redirected"]
         record["lane_settings"] = {name[5:]: record[f"{name}_seconds"] for name in lanes}
         if lanes:
             record["lane_best"] = min(lanes, key=lambda name: record[f"{name}_seconds"])[5:]
@@ -187,6 +200,9 @@ def main(argv=None):
         if anchor["default_seconds"]:
             record["lane_vs_ctranslate2_defaults"] = round(
                 anchor["default_seconds"] / record["lane_seconds"], 3)
+        record["lane_redirected_same_lines_as_lane"] = round(
+            sum(a == b for a, b in zip(outputs["lane_redirected"], outputs["lane"]))
+            / len(outputs["lane"]), 4)
         record["lane_same_lines_as_reference"] = round(
             sum(a == b for a, b in zip(outputs["lane"], reference)) / len(reference), 4)
     for name, lines in outputs.items():
@@ -196,7 +212,8 @@ def main(argv=None):
         if "default" in outputs:
             record[f"{name}_same_lines_as_default"] = round(
                 sum(a == b for a, b in zip(lines, outputs["default"])) / len(lines), 4)
-        if "ctranslate2" in engines and (name in ("lane", "xla_warm", "xla_cold", "default")):
+        if "ctranslate2" in engines and name in ("lane", "lane_redirected", "xla_warm",
+                                                 "xla_cold", "default"):
             record[f"{name}_ratio_vs_ctranslate2"] = round(
                 anchor["best_seconds"] / record[f"{name}_seconds"], 3)
     if ours and "ctranslate2" in engines:

@@ -380,3 +380,75 @@ def test_the_repetition_controls_pass_through_and_match_ours(tiny_run, tiny_expo
     plain = CTranslate2Translator(folder, beam_size=4).translate(sources, nbest=True)
     assert plain != CTranslate2Translator(folder, beam_size=4, repetition_penalty=3.0).translate(
         sources, nbest=True)
+
+
+def test_a_file_on_standard_input_is_read_as_input_is_and_a_pipe_a_batch_at_a_time(
+        tiny_run, tiny_export_int8, tmp_path, capsys, monkeypatch):
+    """`translate < input.txt` (what `make demo` prints for the CTranslate2 lane) reads the
+    file in windows with the engine's windows in flight, as `--input input.txt` does, and
+    writes the same lines; a pipe is still read a batch at a time, one batch in flight (a
+    program that writes a line and waits is answered after a batch)."""
+    from keras_transformer.decoding.jobs import streaming, textio
+
+    words = "the dog runs in the park a big red cat green water".split()
+    source = tmp_path / "input.txt"
+    source.write_text("".join(" ".join(words[: 1 + i % len(words)]) + "\n" for i in range(70)),
+                      encoding="utf-8")
+    command = ["translate", "--run-dir", str(tiny_run), "--engine", "ctranslate2",
+               "--ctranslate2-model", str(tiny_export_int8), "--beam", "2", "--batch-size", "8"]
+    calls = []
+    real = streaming.stream_lines
+
+    def recording(*args, **kwargs):  # what translate_file asks of the real reader
+        calls.append((kwargs["window"], kwargs["windows_in_flight"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(streaming, "stream_lines", recording)
+    assert cli.main([*command, "--input", str(source), "--output", str(tmp_path / "o.txt")]) == 0
+    named = (tmp_path / "o.txt").read_text(encoding="utf-8")
+    capsys.readouterr()
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, source.read_bytes())
+    os.close(write_end)
+    for stdin in (open(source, encoding="utf-8"), open(read_end, encoding="utf-8")):
+        with stdin:
+            monkeypatch.setattr(sys, "stdin", stdin)
+            assert cli.main(command) == 0
+        assert capsys.readouterr().out == named
+    (by_name, file, pipe) = calls
+    assert by_name == file and file[0] > 8 and file[1] == 2, calls  # CTranslate2's 2 windows
+    assert pipe == (8, 1), calls
+    with open(source, encoding="utf-8") as stdin:
+        monkeypatch.setattr(sys, "stdin", stdin)
+        assert textio.stdin_is_a_file()
+    monkeypatch.setattr(sys, "stdin", None)  # (python -c ... <&-: no standard input)
+    assert not textio.stdin_is_a_file()
+
+
+def test_the_workers_get_the_longest_batches_first_and_the_lines_keep_their_order(
+        tiny_export_int8, monkeypatch):
+    """CTranslate2's workers are given a call's batches longest first, so that they end on
+    short batches together; the results still come in input order, as each batch alone."""
+    words = "the dog runs in the park a big red cat green water".split()
+    sentences = [" ".join(words[: 1 + (5 * i) % len(words)]) for i in range(24)]
+    engine = CTranslate2Translator(tiny_export_int8, beam_size=2, batch_size=4)
+    queued = []
+    searcher = engine._searcher
+
+    def recording_searcher(*args, **kwargs):
+        search = searcher(*args, **kwargs)
+        submit = search.submit
+
+        def recording(sources, prefixes):
+            queued.append(max(len(row) for row in sources))
+            return submit(sources, prefixes)
+
+        search.submit = recording
+        return search
+
+    monkeypatch.setattr(engine, "_searcher", recording_searcher)
+    lines = engine.translate(sentences)
+    assert len(queued) == 6 and len(set(queued)) > 2 and queued == sorted(queued, reverse=True)
+    alone = CTranslate2Translator(tiny_export_int8, beam_size=2, batch_size=1)
+    assert lines == alone.translate(sentences)

@@ -207,6 +207,11 @@ class Engine:
             return given
 
         submit = getattr(decode_batch, "submit", None)  # an engine with workers of its own
+        if submit is not None:
+            # Its workers get the longest batches first and end on short ones, together; in
+            # the other order one of them ends on the longest batch while the others wait
+            # (test2016, CTranslate2 at 2 workers: 1.70 -> 1.56 s for the whole command).
+            chunks.reverse()
         found_batches = (submitted_in_order(submit, map(inputs, chunks), self.submitted_ahead)
                          if submit is not None else
                          in_order(decode_batch, map(inputs, chunks), in_flight or self.in_flight))

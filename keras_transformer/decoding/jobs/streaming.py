@@ -217,11 +217,14 @@ def translate_file(decoder, input=None, output=None, log=None):
         return sources, constraints
 
     # A pipe is read a batch at a time: a program that writes a line and waits for its
-    # translation is answered after batch_size lines, not after a window's.
-    window = (window_size(request.batch_size, engine) if input else request.batch_size)
+    # translation is answered after batch_size lines, not after a window's. A file, named or
+    # redirected to standard input (`< input.txt`), is read in windows, the engine's number
+    # of them in flight: the same batches, so the same lines, either way.
+    whole = bool(input) or textio.stdin_is_a_file()
+    window = window_size(request.batch_size, engine) if whole else request.batch_size
     return stream_lines(decode_rows, inputs, output, window=window,
                         # (samples: one window at a time, each drawn from its own seed)
-                        windows_in_flight=1 if request.sample or not input
+                        windows_in_flight=1 if request.sample or not whole
                         else engine.windows_in_flight,
                         identity=job_identity(decoder, **({"glossary_file": file_identity(
                             request.glossary)} if glossary else {})),

@@ -9,6 +9,8 @@ size a window at a time. No TensorFlow here.
 """
 
 import contextlib
+import os
+import stat
 import sys
 
 from keras_transformer.errors import InputError
@@ -36,6 +38,16 @@ def raw_lines(path):
         for number, raw in enumerate(handle, 1):
             yield number, offset, raw
             offset += len(raw)
+
+
+def stdin_is_a_file():
+    """Whether standard input is a regular file (`< input.txt`) rather than a pipe, a terminal
+    or a stand-in without a descriptor: nothing waits on a file's lines, so it can be read as
+    `--input` is, in whole windows."""
+    try:
+        return stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (AttributeError, OSError, ValueError):  # no descriptor, a closed or fake stdin
+        return False
 
 
 def count_lines(path):
