@@ -253,7 +253,8 @@ class CTranslate2Translator(Engine):
         [(pieces, score)], best first, batched and queued as `translate` does."""
         keys = {i: self._search_key(row, None) for i, row in enumerate(pieces)}
         results = [None] * len(pieces)
-        chunks = list(self._chunks(sorted(keys, key=keys.get), keys))
+        # (longest first, as `Engine._run` queues them)
+        chunks = list(self._chunks(sorted(keys, key=keys.get), keys))[::-1]
         found_chunks = submitted_in_order(lambda chunk: self._submit_batch(
             [pieces[i] for i in chunk], None, nbest), ([chunk] for chunk in chunks),
             self.submitted_ahead)
