@@ -108,7 +108,8 @@ def export_agreement(folder, targets, sentences, cpu):
 
     run = open_run(folder / "multilingual")
     ct2 = export.export_run(Decoder.resolve(run, command=EXPORT), format="ctranslate2",
-                            output_dir=folder / "exports", name="multilingual", overwrite=True)
+                            quantize="none", output_dir=folder / "exports",  # float32, as ours
+                            name="multilingual", overwrite=True)
     config = run.config
     for target in targets:
         sources = datasets.split_texts(config.dataset, "dev",

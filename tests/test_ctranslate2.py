@@ -92,10 +92,9 @@ def test_architectures_it_cannot_express_are_refused_by_name():
 
 def test_export_and_translate_from_the_command_line(tiny_run, tmp_path, capsys):
     exports = tmp_path / "exports"
-    for quantize in ("none", "int8"):
+    for quantize in (["--quantize", "none"], []):  # float32, then the default: int8
         assert cli.main(["export", "--run-dir", str(tiny_run), "--format", "ctranslate2",
-                         "--quantize", quantize, "--output-dir", str(exports),
-                         "--name", "toy"]) == 0
+                         *quantize, "--output-dir", str(exports), "--name", "toy"]) == 0
     assert (exports / "toy" / "ctranslate2" / "model.bin").is_file()
     assert (exports / "toy" / "ctranslate2-int8" / "model.bin").is_file()
     # An existing export is kept unless overwriting is asked for.
@@ -122,6 +121,31 @@ def test_export_and_translate_from_the_command_line(tiny_run, tmp_path, capsys):
                      "--ctranslate2-model", str(exports / "toy" / "ctranslate2"), "--beam",
                      "1", "--input", str(source), "--output", str(tmp_path / "g.txt")]) == 0
     assert (tmp_path / "g.txt").read_text(encoding="utf-8").split("\n")[:3] == expected
+
+
+def test_the_lane_takes_the_runs_int8_export_first_and_says_which_and_why(
+        tiny_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # the run's exports in their default place, saved_models/
+    source = tmp_path / "input.txt"
+    source.write_text("the dog runs\n", encoding="utf-8")
+    translate = ["translate", "--run-dir", str(tiny_run), "--engine", "ctranslate2",
+                 "--input", str(source)]
+    exports = pathlib.Path("saved_models") / tiny_run.name
+    assert cli.main(["export", "--run-dir", str(tiny_run), "--format", "ctranslate2",
+                     "--quantize", "none"]) == 0
+    capsys.readouterr()
+    assert cli.main([*translate, "--output", "a.txt"]) == 0
+    assert (f"CTranslate2 export {exports / 'ctranslate2'} [the run's float32 export; "
+            "--ctranslate2-model picks another]") in capsys.readouterr().err
+    assert cli.main(["export", "--run-dir", str(tiny_run), "--format", "ctranslate2"]) == 0
+    capsys.readouterr()
+    assert cli.main([*translate, "--output", "b.txt"]) == 0
+    assert (f"CTranslate2 export {exports / 'ctranslate2-int8'} [the run's int8 export, "
+            "preferred over its float32 one; --ctranslate2-model picks another]"
+            ) in capsys.readouterr().err
+    named = str(exports / "ctranslate2")
+    assert cli.main([*translate, "--output", "c.txt", "--ctranslate2-model", named]) == 0
+    assert f"CTranslate2 export {named} [--ctranslate2-model]" in capsys.readouterr().err
 
 
 def test_a_missing_export_or_package_is_one_line_saying_what_to_do(tiny_run, tmp_path, capsys):

@@ -94,7 +94,8 @@ def register(commands):
         "out, core TensorFlow ops only). TFLite: "
         "OUTPUT_DIR/NAME/tflite/translator-<search>-<quantization>.tflite, ids "
         "in and out for one sentence, with spm.model beside it. CTranslate2: "
-        "OUTPUT_DIR/NAME/ctranslate2[-QUANTIZE]/ for CTranslate2's Translator (and "
+        "OUTPUT_DIR/NAME/ctranslate2-int8/ (int8 by default; ctranslate2/ with --quantize none) "
+        "for CTranslate2's Translator (and "
         "`keras-transformer translate --engine ctranslate2`), spm.model inside; needs the "
         "ctranslate2 package (installed with keras-transformer; else pip install "
         "'keras-transformer[ctranslate2]'). Files are written "
@@ -104,10 +105,11 @@ def register(commands):
     parser.add_argument("--format", default="savedmodel",
                         choices=("savedmodel", "tflite", "ctranslate2"),
                         help="savedmodel (default), tflite or ctranslate2")
-    parser.add_argument("--quantize", default="none",
+    parser.add_argument("--quantize", default=None,
                         choices=("none", "dynamic", "float16", "int8", "int8_float32"),
                         help="weights: none (float32); TFLite: dynamic (int8 weights) or "
-                        "float16; CTranslate2: int8, int8_float32 or float16")
+                        "float16; CTranslate2: int8, int8_float32 or float16 (default: int8 "
+                        "for ctranslate2, as its CPU users run it; none for the others)")
     parser.add_argument("--output-dir", default=EXPORT_DIR,
                         help=f"base directory (default {EXPORT_DIR})")
     parser.add_argument("--name", help="model name (default: the run directory's name)")

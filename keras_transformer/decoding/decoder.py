@@ -30,6 +30,11 @@ from keras_transformer.decoding.request import (
     ATTENTION, EVALUATE, EXPORT, PARSE, SAMPLE, SCORE, SEARCH, TRANSLATE, check,
     command_defaults, fields, given_flags)
 from keras_transformer.defaults import ctranslate2_folder
+
+# The run's CTranslate2 exports the engine takes without --ctranslate2-model, first found first:
+# int8, the export's default and what `demo` writes, then float32 and the other quantizations.
+CTRANSLATE2_PREFERENCE = (("int8", "int8"), ("none", "float32"),
+                          ("int8_float32", "int8_float32"), ("float16", "float16"))
 from keras_transformer.errors import InputError
 from keras_transformer.runs import EnsembleRun, open_run
 from keras_transformer.runs.settings import DEFAULT, FLAG, GIVEN, RUN
@@ -123,21 +128,40 @@ class Decoder:
         return path, RUN if saved else DEFAULT
 
     def ctranslate2_folder(self):
-        """The CTranslate2 export the request names, else the run's that exists (float32
-        first, then int8: the one `demo` writes), else where the float32 one would be."""
+        """The CTranslate2 folder the engine loads (`ctranslate2_choice`)."""
+        return self.ctranslate2_choice()[0]
+
+    def ctranslate2_choice(self):
+        """(folder, why): the CTranslate2 export the request names, else the run's preferred
+        one in the default place (`run_ctranslate2_exports`: int8 first, as `demo` and `export
+        --format ctranslate2` write it), else where that int8 one would be."""
         if self.request.ctranslate2_model:
-            return pathlib.Path(self.request.ctranslate2_model)
-        return self.run_ctranslate2_export() or ctranslate2_folder(self.run.directory)
+            return pathlib.Path(self.request.ctranslate2_model), "--ctranslate2-model"
+        found = self.run_ctranslate2_exports()
+        if not found:
+            return ctranslate2_folder(self.run.directory, "int8"), "the run's default place"
+        (folder, label), others = found[0], [label for _, label in found[1:]]
+        why = f"the run's {label} export" + (
+            f", preferred over its {', '.join(others)} one" if others else "")
+        return folder, why + "; --ctranslate2-model picks another"
 
     def run_ctranslate2_export(self):
-        """The run's CTranslate2 export in the default place (float32, else int8), or None."""
+        """The run's preferred CTranslate2 export in the default place, or None."""
+        found = self.run_ctranslate2_exports()
+        return found[0][0] if found else None
+
+    def run_ctranslate2_exports(self):
+        """[(folder, label)] of the run's CTranslate2 exports in the default place, in the
+        order the engine prefers them: int8 (what `demo` and `export --format ctranslate2`
+        write), float32, int8_float32, float16."""
         if self.run is None:
-            return None
-        for quantize in ("none", "int8"):
+            return []
+        found = []
+        for quantize, label in CTRANSLATE2_PREFERENCE:
             folder = ctranslate2_folder(self.run.directory, quantize)
             if (folder / "model.bin").is_file():
-                return folder
-        return None
+                found.append((folder, label))
+        return found
 
     def load_model(self):
         """The model of the run this decoder decodes with (an ensemble's: its members')."""
@@ -218,7 +242,8 @@ class Decoder:
         --precision float32 restores float32"."""
         request, command = self.request, self.command
         if request.engine == "ctranslate2":
-            label = f"the CTranslate2 export {self.ctranslate2_folder()}"
+            folder, why = self.ctranslate2_choice()
+            label = f"the CTranslate2 export {folder} [{why}]"
         else:
             path, source = self.model_file()
             label = str(path) if source in (FLAG, GIVEN) else (

@@ -211,8 +211,9 @@ class Request:
     ctranslate2_model: typing.Optional[str] = option(
         None, "CTranslate2 export folder for --engine ctranslate2", metavar="FOLDER",
         commands=(TRANSLATE, EVALUATE, SCORE), engine_option=False,
-        default_text="default: saved_models/RUN_NAME/ctranslate2; e.g. "
-        "saved_models/RUN_NAME/ctranslate2-int8 for the int8 one")
+        default_text="default: the run's export in saved_models/RUN_NAME/, ctranslate2-int8 "
+        "(what demo and export write) first, else ctranslate2 (float32); the line on "
+        "standard error says which and why")
     workers: typing.Optional[int] = option(
         None, "ctranslate2 engine: searches run at once, each on its own worker (CTranslate2's "
         "inter_threads; the workers share one copy of the weights)", check=Range(low=1),

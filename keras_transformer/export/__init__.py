@@ -30,16 +30,20 @@ from keras_transformer.runs.ensemble import single_run
 FORMATS = ("savedmodel", "tflite", "ctranslate2")
 QUANTIZE_CHOICES = {"savedmodel": ("none",), "tflite": QUANTIZATIONS,
                     "ctranslate2": ct2.QUANTIZATIONS}
+# Each format's weights when none is asked for: CTranslate2's users run int8 on CPUs (what
+# `demo` writes and the CTranslate2 engine takes first); the others stay float32.
+DEFAULT_QUANTIZE = {"savedmodel": "none", "tflite": "none", "ctranslate2": "int8"}
 
 
-def export_run(decoder, format="savedmodel", quantize="none", output_dir=EXPORT_DIR,
+def export_run(decoder, format="savedmodel", quantize=None, output_dir=EXPORT_DIR,
                name=None, version=None, overwrite=False, ids_only=False, batching=Batching(),
                warmup=True):
     """Exports the run a decoder decodes, with its model and search; returns the path written.
 
         decoder = Decoder.resolve(open_run("runs/multi30k-en-de"), command=EXPORT)
         export_run(decoder)                             # saved_models/multi30k-en-de/1/
-        export_run(decoder, "ctranslate2", "int8")      # .../ctranslate2-int8/
+        export_run(decoder, "ctranslate2")              # .../ctranslate2-int8/
+        export_run(decoder, "ctranslate2", "none")      # .../ctranslate2/ (float32)
 
     `decoder`: a `decoding.decoder.Decoder` of a run (the export command's,
     `Decoder.from_flags(args, EXPORT)`; in Python `Decoder.resolve(run, given,
@@ -58,6 +62,7 @@ def export_run(decoder, format="savedmodel", quantize="none", output_dir=EXPORT_
     """
     if format not in FORMATS:
         raise ExportError(f"format={format!r} must be one of {', '.join(FORMATS)}.")
+    quantize = DEFAULT_QUANTIZE[format] if quantize is None else quantize
     if quantize not in QUANTIZE_CHOICES[format]:
         raise ExportError(f"quantize={quantize!r} does not apply to the {format} format "
                           f"(choices: {', '.join(QUANTIZE_CHOICES[format])}).")
