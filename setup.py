@@ -26,6 +26,13 @@ INSTALL_REQUIRES = [
     # the demo's CTranslate2 int8 export; export --format ctranslate2, translate --engine
     # ctranslate2
     "ctranslate2==4.8.5",
+    # `serve`: TensorFlow Serving's REST API over HTTP (an ASGI app under uvicorn, with its
+    # C parser and event loop: httptools, uvloop) and its Prometheus metrics
+    "starlette==1.10.0",
+    "uvicorn==0.55.0",
+    "httptools==0.9.0",
+    "uvloop==0.23.0",
+    "prometheus-client==0.26.0",
 ]
 
 EXTRAS_REQUIRE = {
@@ -41,7 +48,10 @@ EXTRAS_REQUIRE = {
     "dev": ["pytest==9.2.0", "pytest-xdist==3.8.0", "coverage==7.13.5", "jax==0.10.2",
             "jaxlib==0.10.2", "ai-edge-litert==2.3.0",
             # oneTBB's malloc, which the tests preload in their processes (tests/conftest.py)
-            "tbb==2023.2.0"],
+            "tbb==2023.2.0",
+            # the serve tests: Starlette's TestClient (httpx), the page driven in Debian's
+            # headless Chromium (playwright, given executable_path: no browser download)
+            "httpx==0.29.0", "playwright==1.65.3"],
 }
 
 setup(
