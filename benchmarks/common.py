@@ -6,8 +6,13 @@ flops.py.
 """
 
 import argparse
+import datetime
+import importlib.util
 import json
+import os
+import pathlib
 import statistics
+import subprocess
 import time
 
 # The vocabulary of the Multi30k recipe (keras_transformer's default vocab_size, the main job's
@@ -84,3 +89,66 @@ def csv_choice(choices):
 def csv_ints(text):
     """An argparse `type`: comma-separated integers ("32,1")."""
     return [int(v) for v in text.split(",")]
+
+
+# -- the record the docs quote -----------------------------------------------------------------
+# A benchmark given --record appends its result line, with when, at which commit and on which
+# CPU class it was taken, to benchmarks/results/NAME.jsonl; the docs quote the newest line.
+RESULTS_DIR = pathlib.Path(__file__).resolve().parent / "results"
+
+
+def add_record_flag(parser, name):
+    """Adds `--record` to a benchmark's parser: its result goes to results/NAME.jsonl too."""
+    parser.add_argument("--record", action="store_true",
+                        help=f"also append the result line, with the date, commit and CPU "
+                        f"class, to benchmarks/results/{name}.jsonl (the figures the docs quote)")
+
+
+def _hardware():
+    """keras_transformer/hardware.py loaded by path: it imports only os, and this module stays
+    importable without the package (and without Keras)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "keras_transformer" / "hardware.py"
+    spec = importlib.util.spec_from_file_location("_benchmark_hardware", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _commit():
+    """The checkout's commit (short), "+dirty" when tracked files differ; "unknown" outside git."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                                capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "keras_transformer",
+                                "pipelines", "benchmarks"], cwd=root).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def append_result(name, line, results_dir=None):
+    """Appends the JSON `line` (as `emit` returns it) to RESULTS_DIR/NAME.jsonl with the UTC
+    date, the commit, the CPU and its class and the cores this process may use; returns the
+    entry written. The file is rewritten whole through the project's atomic writer."""
+    from pipelines.files import write_text
+
+    hardware = _hardware()
+    entry = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+             "commit": _commit(), "cpu": hardware.cpu_model(),
+             "cpu_class": hardware.cpu_class(), "cores": len(os.sched_getaffinity(0)),
+             "benchmark": name, **json.loads(line)}
+    path = pathlib.Path(results_dir or RESULTS_DIR) / f"{name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    before = path.read_text(encoding="utf-8") if path.exists() else ""
+    write_text(path, before + json.dumps(entry, sort_keys=True) + "\n")
+    return entry
+
+
+def latest(name, results_dir=None, **match):
+    """The newest entry of RESULTS_DIR/NAME.jsonl whose keys equal `match` (None: none)."""
+    path = pathlib.Path(results_dir or RESULTS_DIR) / f"{name}.jsonl"
+    entries = [json.loads(text) for text in path.read_text(encoding="utf-8").splitlines()
+               if text.strip()] if path.exists() else []
+    entries = [e for e in entries if all(e.get(k) == v for k, v in match.items())]
+    return entries[-1] if entries else None

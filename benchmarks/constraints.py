@@ -44,7 +44,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
-from common import emit  # noqa: E402
+from common import add_record_flag, append_result, emit  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -183,6 +183,7 @@ def main(argv=None):
                         help="time each search this many times, alternating (the median)")
     parser.add_argument("--saved-model", help="also count through this export's TF1 Session")
     parser.add_argument("--jax", action="store_true", help="also count under JAX")
+    add_record_flag(parser, "constraints")
     args = parser.parse_args(argv)
 
     import sacrebleu
@@ -246,7 +247,9 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as folder:
             outputs = jax_outputs(args.run_dir, args.beam, sources, constraints, folder)
         record["coverage_jax"] = round(coverage(outputs, constraints)[0], 4)
-    emit(record)
+    line = emit(record)
+    if args.record:
+        append_result("constraints", line)
 
 
 if __name__ == "__main__":

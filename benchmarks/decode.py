@@ -55,7 +55,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # tf_common first: it sets Keras' backend (TensorFlow) and quiets TensorFlow before they load.
 from tf_common import measure_matmul_peak, op_time_table, step_group_table  # noqa: E402
-from common import PAPER_VOCAB_SIZE, emit, timed  # noqa: E402
+from common import PAPER_VOCAB_SIZE, add_record_flag, append_result, emit, timed  # noqa: E402
 from flops import search_flops  # noqa: E402
 from ct2_reference import DEFAULTS, label, threading_grid  # noqa: E402
 
@@ -175,6 +175,7 @@ def main(argv=None):
                         "unless --quantize) in one run; one JSON line with the three")
     parser.add_argument("--profile", metavar="LOGDIR",
                         help="profile one timed run of our search; prints the top op types")
+    add_record_flag(parser, "decode")
     args = parser.parse_args(argv)
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
 
@@ -248,7 +249,9 @@ def main(argv=None):
             winner = min(ours, key=ours.get)
             record.update(ours_best_setting=winner, ours_best_seconds=round(ours[winner], 4),
                           ours_best_ratio_vs_ctranslate2=round(ct2 / ours[winner], 3))
-    emit(record)
+    line = emit(record)
+    if args.record:
+        append_result("decode", line)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
-from common import emit  # noqa: E402
+from common import add_record_flag, append_result, emit  # noqa: E402
 
 CONTROLS = ("no_repeat_ngram_size", "repetition_penalty")
 OFF = {"no_repeat_ngram_size": 0, "repetition_penalty": 1.0}
@@ -59,6 +59,7 @@ def main(argv=None):
                         help="default: the run's decoding.json, else 3")
     parser.add_argument("--repetition-penalty", type=float,
                         help="default: the run's decoding.json, else 1.0")
+    add_record_flag(parser, "repetition")
     args = parser.parse_args(argv)
 
     import sacrebleu
@@ -94,7 +95,9 @@ def main(argv=None):
         record[f"seconds_{name}"] = round(seconds, 2)
     record["outputs_changed"] = sum(a != b for a, b in zip(outputs["off"], outputs["on"]))
     record["time_ratio"] = round(record["seconds_on"] / record["seconds_off"], 3)
-    emit(record)
+    line = emit(record)
+    if args.record:
+        append_result("repetition", line)
 
 
 if __name__ == "__main__":

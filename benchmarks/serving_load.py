@@ -71,7 +71,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit  # noqa: E402
+from common import add_record_flag, append_result, emit  # noqa: E402
 from ct2_reference import DEFAULTS, Reference, label, peak_rss_mb, threading_grid  # noqa: E402
 from tf_serving import FunctionHandler, PredictHandler, signature_defs  # noqa: E402
 
@@ -348,6 +348,7 @@ def main(argv=None):
                         "kernels; the server environment docs/export.md recommends)")
     parser.add_argument("--tiny", action="store_true",
                         help="a smoke run: 10 requests per thread count, 30 training steps")
+    add_record_flag(parser, "serving_load")
     args = parser.parse_args(argv)
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     thread_counts = [int(t) for t in args.threads.split(",")]
@@ -392,7 +393,9 @@ def main(argv=None):
         "load_average": [round(x, 1) for x in (*load_before, *os.getloadavg())],
         "ok": all(e["ok"] for e in engines.values())}
     record.update(ratios_vs_ctranslate2(engines))
-    emit(record)
+    line = emit(record)
+    if args.record:
+        append_result("serving_load", line)
     return 0 if record["ok"] else 1
 
 

@@ -53,7 +53,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit  # noqa: E402
+from common import add_record_flag, append_result, emit  # noqa: E402
 from ct2_reference import label, run_measured, sweep, threading_grid  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -110,6 +110,7 @@ def main(argv=None):
                         "2x1,1x1 (WORKERSxTHREADS; default: the whole grid of this machine's "
                         "cores, and CTranslate2's defaults): a long file's run may keep the "
                         "winners of a sweep on a short one")
+    add_record_flag(parser, "translate_command")
     args = parser.parse_args(argv)
     engines = {e.strip() for e in args.engines.split(",") if e.strip()}
     grid = threading_grid()
@@ -224,7 +225,9 @@ def main(argv=None):
             record[f"{name}_speedup"] = round(record["default_seconds"]
                                               / record[f"{name}_seconds"], 3)
     record["load_after"] = round(os.getloadavg()[0], 2)
-    emit(record)
+    line = emit(record)
+    if args.record:
+        append_result("translate_command", line)
     return record
 
 
