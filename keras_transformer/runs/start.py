@@ -7,8 +7,8 @@ weights; the trainer itself has no branch on how the run started.
     start.run, start.config                     # the run and the config it trains with
     print(start.describe())                     # "resuming ..." and the effective config
     training_data(start.run, start.config, chief, adopt=start.vocabulary)
-    origin = start.initial_weights(model, per_step, validation)  # built and compiled
-    origin.step, origin.data_position, origin.state, origin.summary()
+    origin = start.initial_weights(model, per_step, dev_loss)  # built and compiled
+    origin.step, origin.data_position, origin.state, origin.start_figures, origin.summary()
 
 The decision: a run with a checkpoint that reads resumes from it (a fine-tuned run then never
 reads its parent again); otherwise a run with `init_from` starts from its parent's weights
@@ -38,7 +38,8 @@ class Origin:
             start (saved with the checkpoint; 0 for a run that starts at step 0).
         checkpoint: the `Checkpoint` resumed from (RESUMED), else None.
         parent_model: the parent's model file (FINE_TUNED), else None.
-        start_val_loss: the dev loss of the parent's weights (FINE_TUNED with a dev set).
+        start_figures: the dev figures of the parent's weights (FINE_TUNED with a dev set:
+            val_loss, val_perplexity, val_token_accuracy), else None.
     """
 
     kind: str
@@ -46,7 +47,7 @@ class Origin:
     data_position: int = 0
     checkpoint: typing.Optional[Checkpoint] = None
     parent_model: typing.Optional[str] = None
-    start_val_loss: typing.Optional[float] = None
+    start_figures: typing.Optional[dict] = None
 
     @property
     def state(self):
@@ -55,7 +56,9 @@ class Origin:
 
     def summary(self):
         """What the training summary records of the start."""
-        return {} if self.start_val_loss is None else {"start_val_loss": self.start_val_loss}
+        if self.start_figures is None:
+            return {}
+        return {"start_val_loss": float(self.start_figures["val_loss"])}
 
 
 class RunStart:
@@ -94,12 +97,14 @@ class RunStart:
                          + (f" (changed: {', '.join(sorted(changed))})" if changed else ""))
         return "\n".join(lines + [self.config.describe()])
 
-    def initial_weights(self, model, per_step, validation=None):
+    def initial_weights(self, model, per_step, dev_loss=None):
         """Gives `model` (built and compiled) the weights it starts from: the newest readable
         checkpoint's (weights, optimizer state, random state, data position; a checkpoint
         without a data position: `per_step` batches a step), else the parent's, else leaves
         those it was built with. Prints where they came from; a fine-tuned run's first dev loss
-        too, with `validation` (its `Validation` callback, or None).
+        too, with `dev_loss` (the dev pass, called with the model: `training.callbacks.DevLoss`;
+        None without a dev set). No callback is driven here: the trainer publishes those
+        figures once the run's counters are restored.
 
         Returns:
             the `Origin`.
@@ -117,10 +122,9 @@ class RunStart:
             return Origin(NEW, 0)
         path = self._parent.run.assign_weights(model, self._parent.model)
         print(f"fine-tuning: starting from the weights of {path}", flush=True)
-        start_val_loss = None
-        if validation is not None:  # the figure fine-tuning has to lower
-            validation.set_model(model)
-            start_val_loss = float(validation.evaluate()["val_loss"])
-            print(f"fine-tuning: dev loss {start_val_loss:.3f} with the parent's weights",
-                  flush=True)
-        return Origin(FINE_TUNED, 0, parent_model=str(path), start_val_loss=start_val_loss)
+        figures = None
+        if dev_loss is not None:  # the figure fine-tuning has to lower
+            figures = dev_loss(model)
+            print(f"fine-tuning: dev loss {float(figures['val_loss']):.3f} with the parent's "
+                  "weights", flush=True)
+        return Origin(FINE_TUNED, 0, parent_model=str(path), start_figures=figures)

@@ -2,9 +2,15 @@
 
 Each takes `step_fn`, which returns the current optimizer step: under gradient accumulation
 Keras' batch counter is not the step. None holds another callback: the dev evaluations go
-through the run's `Evaluations`, the checkpoints through its `Checkpointer`, and each
-declares the topics it `needs` and `gives` (training/events.py), from which the trainer
-orders them.
+through the run's `Evaluations`, the checkpoints through its `Checkpointer`, why training
+stopped through its `Outcome`, and each declares the topics it `needs` and `gives`
+(training/events.py), from which the trainer orders them. The dev figures also go into Keras'
+`logs` (val_loss, val_perplexity, val_token_accuracy at the end of each epoch; val_bleu,
+val_chrf where the greedy dev translation is made), for the callbacks after ours.
+
+The dev passes themselves are plain objects called with a model (`DevLoss`,
+`DevTranslation`): the callbacks decide when, the trainer calls them for the evaluation a
+resumed run owes and the figures of its last step.
 """
 
 import logging
@@ -17,7 +23,8 @@ from keras import ops
 from tqdm import tqdm
 
 from keras_transformer.errors import UserError
-from keras_transformer.training.events import CHECKPOINTED, EVALUATED, LOSS_CHECKED
+from keras_transformer.training.events import (CHECKPOINTED, EVALUATED, LOSS_CHECKED,
+                                               Outcome)
 from keras_transformer.training.loss import smoothed_token_losses
 from pipelines.progress import FILE_INTERVAL, progress_bar
 from pipelines.special_ids import PAD_ID
@@ -198,95 +205,76 @@ class DevLoss:
                 "val_token_accuracy": right / tokens}
 
 
+def _optimizer_step(model):
+    """The optimizer step of `model` (the step of a callback used without a `step_fn`)."""
+    return int(ops.convert_to_numpy(model.optimizer.iterations))
+
+
+def as_logs(figures):
+    """Keras' names of dev figures: "val_" before each name ("bleu" -> "val_bleu", a pair's
+    "en-fr/bleu" -> "en-fr/val_bleu"); names with it already stay."""
+    logs = {}
+    for key, value in figures.items():
+        pair, _, name = key.rpartition("/")
+        name = name if name.startswith("val_") else f"val_{name}"
+        logs[f"{pair}/{name}" if pair else name] = float(value)
+    return logs
+
+
 class Validation(keras.callbacks.Callback):
     """Dev loss, perplexity and token accuracy at the end of every Keras epoch (eval_steps),
-    published to the run's `Evaluations` (kind "loss").
-
-    `results()` gives the figures at the current step, reusing the pass made at the end of the
-    last epoch when it was made at that step (a pass made there is not published).
+    put in the epoch's `logs` (val_loss, val_perplexity, val_token_accuracy) and published to
+    the run's `Evaluations` (kind "loss").
 
     Args:
-        dataset: the dev batches (`DevLoss`).
-        loss: the training loss (the dev loss is computed with the same label smoothing).
-        step_fn: returns the current optimizer step.
-        evaluations: the run's `Evaluations` (None: the figures are only returned).
+        dev_loss: the pass over the dev batches: a `DevLoss` (or a run of several pairs'
+            `PairDevLoss`), called with the model.
+        step_fn: returns the current optimizer step (None: the optimizer's `iterations`).
+        evaluations: the run's `Evaluations` (None: the figures go to Keras' logs only).
     """
 
     gives = (EVALUATED,)
     needs = (LOSS_CHECKED,)
     kind = "loss"
 
-    def __init__(self, dataset, loss, step_fn, evaluations=None):
+    def __init__(self, dev_loss, step_fn=None, evaluations=None):
         super().__init__()
-        self.dataset, self.loss, self.step_fn = dataset, loss, step_fn
-        self.evaluations = evaluations
-        self._pass = DevLoss(dataset, loss)
-        self._last = (None, None)  # (step, figures) of the latest pass, owed ones left out
-
-    def figures(self):
-        """The figures of one pass now."""
-        return self._pass(self.model)
-
-    def evaluate(self, owed=False):
-        """Makes a pass now and publishes it; returns its figures."""
-        step, figures = self.step_fn(), self.figures()
-        self._publish(step, figures, owed)
-        return figures
-
-    def _publish(self, step, figures, owed=False):
-        if not owed:
-            self._last = (step, figures)
-        if self.evaluations is not None:
-            self.evaluations.publish(self.kind, step, figures, owed=owed)
-
-    def results(self):
-        """The dev figures at the current step (one pass per step at most)."""
-        step, figures = self._last
-        if step != self.step_fn():
-            figures = self.figures()
-            self._last = (self.step_fn(), figures)
-        return figures
+        self.dev_loss, self.step_fn, self.evaluations = dev_loss, step_fn, evaluations
 
     def on_epoch_end(self, epoch, logs=None):
         if self.evaluations is not None and self.evaluations.closed:
             return
-        step, figures = self.step_fn(), self.figures()
+        step = self.step_fn() if self.step_fn else _optimizer_step(self.model)
+        figures = self.dev_loss(self.model)
         if logs is not None:
             logs.update(figures)
         _say(f"step {step}: validation: " + ", ".join(f"{k} {v:.4f}" for k, v in figures.items()))
-        self._publish(step, figures)
+        if self.evaluations is not None:
+            self.evaluations.publish(self.kind, step, figures)
 
 
-class DevBleu(keras.callbacks.Callback):
-    """sacreBLEU and chrF of greedy translations of the first dev sentences, every `every`
-    steps, published to the run's `Evaluations` (kind "translation").
+class DevTranslation:
+    """sacreBLEU and chrF of greedy translations of dev sentences, called with a model:
+    {"bleu", "chrf"} (the greedy translator is made once per model).
 
     Args:
         tokenizer: the run's vocabulary.
         texts: (source texts, references).
-        every: the interval in optimizer steps.
-        step_fn: returns the current optimizer step.
         max_length: inputs are cut at this many tokens.
-        evaluations: the run's `Evaluations`.
     """
 
-    gives = (EVALUATED,)
-    needs = (LOSS_CHECKED,)
-    kind = "translation"
+    def __init__(self, tokenizer, texts, max_length):
+        self.tokenizer, self.texts, self.max_length = tokenizer, texts, max_length
+        self._translator = self._model = None
 
-    def __init__(self, tokenizer, texts, every, step_fn, max_length, evaluations=None):
-        super().__init__()
-        self.tokenizer, self.texts, self.every = tokenizer, texts, every
-        self.step_fn, self.max_length, self.evaluations = step_fn, max_length, evaluations
-        self._translator = None
-        self._last_step = None
+    def __call__(self, model):
+        """(figures, the line to print) of `model`'s translations."""
+        from keras_transformer.decoding.decoder import greedy_translator
 
-    def on_train_batch_end(self, batch, logs=None):
-        step = self.step_fn()
-        if step % self.every or step == self._last_step or (
-                self.evaluations is not None and self.evaluations.closed):
-            return
-        self.evaluate()
+        if self._translator is None or self._model is not model:
+            self._model = model
+            self._translator = greedy_translator(model, self.tokenizer, self.max_length)
+        return self.score(self._translator)
 
     def score(self, translator):
         """({"bleu", "chrf"}, the line to print) of the translations of the dev texts."""
@@ -299,39 +287,79 @@ class DevBleu(keras.callbacks.Callback):
         return ({"bleu": bleu, "chrf": chrf},
                 f"dev BLEU (greedy, {len(sources)} sentences) {bleu:.2f}, chrF {chrf:.2f}")
 
-    def evaluate(self, owed=False):
-        """Translates and scores now, publishes the figures and returns them."""
-        from keras_transformer.decoding.decoder import greedy_translator
 
-        if self._translator is None:
-            self._translator = greedy_translator(self.model, self.tokenizer, self.max_length)
-        step = self.step_fn()
-        figures, line = self.score(self._translator)
+class DevBleu(keras.callbacks.Callback):
+    """The greedy dev translation's BLEU and chrF every `every` optimizer steps, in Keras'
+    `logs` as val_bleu and val_chrf (a run of several pairs: the means, and "en-fr/val_bleu"
+    for each pair) and published to the run's `Evaluations` (kind "translation").
+
+    The figures are in the logs of the batch whose step they were computed at, and in the
+    logs of the end of that Keras epoch (eval_steps steps): the latest of the epoch, none when
+    the epoch had no translation. So a callback after this one, a caller's, sees them where
+    they are computed: Keras' CSVLogger, EarlyStopping(monitor="val_bleu", mode="max") and
+    ModelCheckpoint(monitor="val_bleu") read them at the epoch's end.
+
+    Args:
+        translation: the `DevTranslation` (or a run of several pairs' `PairDevTranslation`).
+        every: the interval in optimizer steps.
+        step_fn: returns the current optimizer step (None: the optimizer's `iterations`).
+        evaluations: the run's `Evaluations` (None: the figures go to Keras' logs only).
+    """
+
+    gives = (EVALUATED,)
+    needs = (LOSS_CHECKED,)
+    kind = "translation"
+
+    def __init__(self, translation, every, step_fn=None, evaluations=None):
+        super().__init__()
+        self.translation, self.every = translation, every
+        self.step_fn, self.evaluations = step_fn, evaluations
+        self._last_step = None
+        self._epoch_logs = {}  # of the latest translation in this Keras epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_logs = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        step = self.step_fn() if self.step_fn else _optimizer_step(self.model)
+        if step % self.every or step == self._last_step or (
+                self.evaluations is not None and self.evaluations.closed):
+            return
         self._last_step = step
+        figures, line = self.translation(self.model)
         _say(f"step {step}: {line}")
+        self._epoch_logs = as_logs(figures)
+        if logs is not None:
+            logs.update(self._epoch_logs)
         if self.evaluations is not None:
-            self.evaluations.publish(self.kind, step, figures, owed=owed)
-        return figures
+            self.evaluations.publish(self.kind, step, figures)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs.update(self._epoch_logs)
 
 
 class StopAt(keras.callbacks.Callback):
-    """Stops at `train_steps` optimizer steps or after `minutes` of training. Keeps when the
-    first batch ended (`first_batch_end`, time.monotonic()): under XLA, after its compilation."""
+    """Stops at `train_steps` optimizer steps or after `minutes` of training, and notes why in
+    the run's `Outcome` (with the time the first batch ended: under XLA, after its
+    compilation)."""
 
-    def __init__(self, train_steps, step_fn, minutes=None):
+    def __init__(self, train_steps, step_fn, minutes=None, outcome=None):
         super().__init__()
         self.train_steps, self.step_fn, self.minutes = train_steps, step_fn, minutes
+        self.outcome = outcome if outcome is not None else Outcome()
         self.start = time.monotonic()
-        self.reason = self.first_batch_end = None
 
     def on_train_batch_end(self, batch, logs=None):
-        if self.first_batch_end is None:
-            self.first_batch_end = time.monotonic()
+        now = time.monotonic()
+        self.outcome.batch_ended(now)
+        reason = None
         if self.step_fn() >= self.train_steps:
-            self.reason = f"reached train_steps={self.train_steps}"
-        elif self.minutes and time.monotonic() - self.start >= 60 * self.minutes:
-            self.reason = f"time limit of {self.minutes:g} minutes"
-        if self.reason:
+            reason = f"reached train_steps={self.train_steps}"
+        elif self.minutes and now - self.start >= 60 * self.minutes:
+            reason = f"time limit of {self.minutes:g} minutes"
+        if reason:
+            self.outcome.stop(reason)
             self.model.stop_training = True
 
 

@@ -3,11 +3,12 @@ weights of its best dev evaluation are kept (fairseq's `--patience` and `checkpo
 OpenNMT-tf's `early_stopping`).
 
     evaluations = Evaluations("loss", min_delta=0.0, every=500, train_steps=20000)
-    early = EarlyStopping(evaluations, patience=2, run=run)
-    best = BestModel(evaluations, run)
     evaluations.restore(checkpoint.state)      # the counters of the checkpoint resumed from
-    early.had_stopped(continue_stopped=False)  # a run that stopped before: the line to say
-    model.fit(..., callbacks=in_order([validation, early, best, checkpoint, ...]))
+    stopped_before(evaluations, run, continue_stopped=False)  # a run that stopped: the line
+    early = EarlyStopping(evaluations, patience=2, run=run, outcome=outcome)
+    best = BestModel(evaluations, run)
+    model.fit(..., callbacks=in_order([validation, early, best, checkpoint, ...])
+                             + [CallbackStop(evaluations, outcome, step_fn)])
 
 The metric is the dev loss (the `Validation` pass every eval_steps) or the BLEU or chrF of the
 greedy dev translation (`DevBleu`, every bleu_steps). The run's `Evaluations` (training/events.py)
@@ -23,13 +24,19 @@ stopped, killed and resumed decides as one that ran in one piece. Only evaluatio
 metric's own steps count (multiples of `every`, and train_steps): a pass made elsewhere (at a
 time limit) does not. A checkpoint is saved before the evaluation of its step (the periodic
 one), or instead of it (on a signal, which skips the pass): a run resumed from it owes that
-evaluation and makes it first (`trainer.catch_up`).
+evaluation and makes it first (`Evaluations.catch_up`).
+
+A callback of the caller's may stop the run too: Keras' `EarlyStopping(monitor="val_bleu",
+mode="max")` reads the dev figures that `DevBleu` puts in Keras' logs. `CallbackStop`, after
+every other callback, records such a stop as the run's early stop, saved in the checkpoints as
+one of ours is: running `train` again says that the run had stopped, and trains on only with
+--continue-stopped.
 """
 
 import keras
 from tqdm import tqdm
 
-from keras_transformer.training.events import EVALUATED
+from keras_transformer.training.events import Outcome
 
 
 class EarlyStopping(keras.callbacks.Callback):
@@ -42,35 +49,15 @@ class EarlyStopping(keras.callbacks.Callback):
         run: the `Run` (where best.keras is).
         keep: best.keras is written (the chief of a run with keep_best; False for a worker
             that is not the chief, or `--no-keep-best`).
+        outcome: the run's `Outcome`, where the stop's reason goes.
     """
 
-    needs = (EVALUATED,)
-
-    def __init__(self, evaluations, patience, run, keep=True):
+    def __init__(self, evaluations, patience, run, keep=True, outcome=None):
         super().__init__()
         self.evaluations, self.patience, self.run, self.keep = evaluations, patience, run, keep
+        self.outcome = outcome if outcome is not None else Outcome()
         self.metric = evaluations.metric
-        self.reason = None  # why it stopped this run, in a few words
         evaluations.listen(self.on_evaluation)
-
-    # Before training.
-    def had_stopped(self, continue_stopped=False):
-        """For a run that stopped early before (its checkpoint says so): the line to say and
-        None to train on; with `continue_stopped`, the counters start again (the best is
-        kept) and None."""
-        record = self.evaluations.record
-        if record.stopped_step is None:
-            return None
-        if not continue_stopped:
-            self.reason = f"had stopped early at step {record.stopped_step}"
-            return (f"{self.run.directory} stopped early at step {record.stopped_step} (no "
-                    f"improvement of dev {self.metric} in {record.without_improvement} "
-                    f"evaluations; {self._best_text()}): it trains on to train_steps "
-                    f"{self.evaluations.train_steps} only with --continue-stopped.")
-        _say(f"continuing a run that stopped early at step {record.stopped_step} "
-             f"(--continue-stopped): patience counts again from this step")
-        record.stopped_step, record.without_improvement = None, 0
-        return None
 
     # On each evaluation.
     def on_evaluation(self, evaluation):
@@ -88,8 +75,8 @@ class EarlyStopping(keras.callbacks.Callback):
         record = self.evaluations.record
         self.evaluations.stop(step)
         self.model.stop_training = True
-        self.reason = (f"early stopping: no improvement of dev {self.metric} in "
-                       f"{record.without_improvement} evaluations")
+        self.outcome.stop(f"early stopping: no improvement of dev {self.metric} in "
+                          f"{record.without_improvement} evaluations", early=True)
         if self.keep:
             from keras_transformer.decoding.decoder import Decoder
 
@@ -99,14 +86,70 @@ class EarlyStopping(keras.callbacks.Callback):
                 chosen_by=f"train: early stopping on dev {self.metric}")
         _say(f"early stopping at step {step}: dev {self.metric} has not improved by at least "
              f"{self.evaluations.min_delta:g} in {record.without_improvement} evaluations; "
-             f"{self._best_text()}")
+             f"{_best_text(self.evaluations, self.run, self.keep)}")
 
-    def _best_text(self):
-        record = self.evaluations.record
-        text = f"the best, {self.metric} {record.best:.4f} at step {record.best_step}"
-        if self.keep:
-            return f"{text}, is {self.run.best_path}"
-        return f"{text}, was not kept (keep_best is off here)"
+
+def _best_text(evaluations, run, keep):
+    record = evaluations.record
+    if record.best is None:
+        return f"no dev {evaluations.metric} evaluated yet"
+    text = f"the best, {evaluations.metric} {record.best:.4f} at step {record.best_step}"
+    if keep:
+        return f"{text}, is {run.best_path}"
+    return f"{text}, was not kept (keep_best is off here)"
+
+
+def stopped_before(evaluations, run, continue_stopped=False, keep=True):
+    """For a run that stopped early before (its checkpoint's counters say so): the line to say,
+    and it trains no more; with `continue_stopped`, the counters start again (the best is
+    kept) and None, as for a run that had not stopped. `keep`: best.keras is kept."""
+    record = evaluations.record
+    if record.stopped_step is None:
+        return None
+    if continue_stopped:
+        _say(f"continuing a run that stopped early at step {record.stopped_step} "
+             f"(--continue-stopped): patience counts again from this step")
+        record.stopped_step, record.stopped_by, record.without_improvement = None, None, 0
+        return None
+    why = (f"{record.stopped_by} given to train stopped it" if record.stopped_by else
+           f"no improvement of dev {evaluations.metric} in {record.without_improvement} "
+           "evaluations")
+    return (f"{run.directory} stopped early at step {record.stopped_step} ({why}; "
+            f"{_best_text(evaluations, run, keep)}): it trains on to train_steps "
+            f"{evaluations.train_steps} only with --continue-stopped.")
+
+
+class CallbackStop(keras.callbacks.Callback):
+    """Records a stop that none of the run's callbacks asked for (a caller's callback set
+    `model.stop_training`, as Keras' EarlyStopping(monitor="val_bleu", mode="max") does) as the
+    run's early stop: the counters note the step (`Evaluations.stop`, saved with the
+    checkpoint at the end of training) and the `Outcome` the reason. Runs after every other
+    callback in each hook: the trainer puts it last.
+
+    Args:
+        evaluations: the run's `Evaluations`.
+        outcome: the run's `Outcome` (the run's own stops are noted there before this runs).
+        step_fn: returns the current optimizer step.
+    """
+
+    def __init__(self, evaluations, outcome, step_fn):
+        super().__init__()
+        self.evaluations, self.outcome, self.step_fn = evaluations, outcome, step_fn
+
+    def _check(self):
+        if not self.model.stop_training or self.outcome.reason is not None:
+            return
+        step = self.step_fn()
+        self.evaluations.stop(step, by="a callback")
+        self.outcome.stop(f"early stopping by a callback at step {step}", early=True)
+        _say(f"early stopping at step {step}: a callback given to train stopped the run; "
+             "`train` trains on only with --continue-stopped")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._check()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._check()
 
 
 class BestModel(keras.callbacks.Callback):
@@ -117,8 +160,6 @@ class BestModel(keras.callbacks.Callback):
         evaluations: the run's `Evaluations`.
         run: the `Run` that saves.
     """
-
-    needs = (EVALUATED,)
 
     def __init__(self, evaluations, run):
         super().__init__()

@@ -1,20 +1,27 @@
-"""What a training run's callbacks tell each other: the dev evaluations, published once each to
-one owner, and the order the callbacks run in, from what each declares it needs and gives.
+"""What a training run's callbacks tell each other and the trainer: the dev evaluations,
+published once each to one owner, how training ended (`Outcome`), and the order the callbacks
+run in, from what each declares it needs and gives.
 
     evaluations = Evaluations("loss", min_delta=0.0, every=500, train_steps=20000)
-    validation = Validation(dev, loss, step_fn, evaluations)      # publishes
-    early = EarlyStopping(evaluations, patience=4, ...)           # listens
     evaluations.restore(checkpoint_state)                         # the counters saved
+    outcome = Outcome()
+    validation = Validation(DevLoss(dev, loss), step_fn, evaluations)  # publishes
+    early = EarlyStopping(evaluations, patience=4, outcome=outcome, ...)  # listens
+    evaluations.catch_up(step, lambda: dev_loss(model))           # the owed evaluation, if any
     model.fit(..., callbacks=in_order([checkpoint, early, validation, user_callback]))
+    outcome.reason                                                # why training stopped
 
 A callback never holds another callback: a producer (`Validation`, `DevBleu`) publishes an
 `Evaluation` to the run's `Evaluations`, which judges it against the best one so far (the
 early-stopping counters are its own, saved in every checkpoint through `state()`) and hands it
 to its listeners (`EarlyStopping`, `BestModel`), in the producer's hook; `TensorBoardLog` reads
-the history. The callbacks' order in `model.fit` is Keras' list, sorted here once: each of our
-callbacks declares the topics it `needs` (runs after every callback that gives them) and
-`gives`; a callback without declarations (a user's) depends on nothing, and independent
-callbacks keep the order they were given in (tests/test_events.py shuffles them).
+the history. The producers also put their figures in Keras' `logs` (val_loss, val_bleu, ...),
+where a caller's callbacks read them. The trainer reads no callback: what it needs after `fit`
+is in the `Evaluations` and the `Outcome`. The callbacks' order in `model.fit` is Keras' list,
+sorted here once: each of our callbacks declares the topics it `needs` (runs after every
+callback that gives them) and `gives`; a callback without declarations (a user's) depends on
+nothing, and independent callbacks keep the order they were given in (tests/test_events.py
+shuffles them).
 """
 
 import dataclasses
@@ -68,6 +75,8 @@ class Record:
         without_improvement: evaluations in a row since the best one.
         evaluated_step: the step of the latest evaluation counted (0: none yet).
         stopped_step: the step where the run stopped early (None: it has not).
+        stopped_by: None when the run's early stopping stopped it; "a callback" when a callback
+            of the caller's did (Keras' EarlyStopping on val_bleu, say).
     """
 
     best: float | None = None
@@ -75,6 +84,7 @@ class Record:
     without_improvement: int = 0
     evaluated_step: int = 0
     stopped_step: int | None = None
+    stopped_by: str | None = None
 
     @classmethod
     def from_state(cls, state):
@@ -107,8 +117,12 @@ class Evaluations:
         self.record = Record.from_state(state)
 
     def state(self):
-        """The entry of a checkpoint's training state: {"early_stopping": the counters}."""
-        return {STATE_KEY: dataclasses.asdict(self.record)}
+        """The entry of a checkpoint's training state: {"early_stopping": the counters}
+        (`stopped_by` only when a callback of the caller's stopped the run)."""
+        counters = dataclasses.asdict(self.record)
+        if counters["stopped_by"] is None:
+            del counters["stopped_by"]
+        return {STATE_KEY: counters}
 
     def listen(self, listener):
         """Calls `listener(evaluation)` for every evaluation published from now on."""
@@ -122,15 +136,35 @@ class Evaluations:
     def stopped(self):
         return self.record.stopped_step is not None
 
-    def stop(self, step):
-        """Notes that the run stopped early at `step` (saved with the next checkpoint)."""
-        self.record.stopped_step = step
+    def stop(self, step, by=None):
+        """Notes that the run stopped early at `step` (saved with the next checkpoint); `by`:
+        `Record.stopped_by`."""
+        self.record.stopped_step, self.record.stopped_by = step, by
 
     def owes(self, step):
         """Whether an evaluation of the followed metric at `step` counts and is not counted
         yet (the checkpoint resumed from was saved before or instead of it)."""
         return (not self.stopped and step > self.record.evaluated_step
                 and (step % self.every == 0 or step == self.train_steps))
+
+    def catch_up(self, step, evaluate):
+        """Makes the evaluation owed at `step`, the step a run resumes from, if it owes one.
+
+        The periodic checkpoint of an evaluation step is saved at the end of its last batch,
+        before the dev pass at the end of the Keras epoch; a checkpoint on a signal skips the
+        pass. A run resumed from such a checkpoint makes that evaluation first, before `fit`:
+        `evaluate()` returns the followed metric's figures (its kind's: the dev loss pass or
+        the greedy dev translation), published as owed (judged, left out of the history). True
+        when it stopped the run."""
+        if not self.owes(step):
+            return False
+        self.publish(KINDS[self.metric], step, evaluate(), owed=True)
+        return self.stopped
+
+    def latest(self, kind, step):
+        """The figures of this process's evaluation of `kind` at `step`, or None."""
+        found = [e for e in self.history if e.kind == kind and e.step == step]
+        return found[-1].figures if found else None
 
     def value(self, evaluation):
         """The followed metric's value in `evaluation`."""
@@ -159,6 +193,33 @@ class Evaluations:
             return True
         record.without_improvement += 1
         return False
+
+
+class Outcome:
+    """How training ended, written by the callbacks that end it and read by the trainer after
+    `fit` (a callback's own attributes are its own: the trainer reads none).
+
+    Attributes:
+        reason: why training stopped, in a few words (None: Keras' epochs ran out).
+        early: the stop was an early stop (the run's, on dev, or a caller's callback's).
+        preempted: the `Preempted` error of a checkpoint saved on a signal, else None.
+        first_batch_end: time.monotonic() when the first batch ended (under XLA, after its
+            compilation), else None.
+    """
+
+    def __init__(self):
+        self.reason, self.early = None, False
+        self.preempted = self.first_batch_end = None
+
+    def stop(self, reason, early=False):
+        """Notes why training stops. The first reason stays, except that an early stop wins
+        over a limit reached in the same step (train_steps, the time limit)."""
+        if self.reason is None or (early and not self.early):
+            self.reason, self.early = reason, early
+
+    def batch_ended(self, now):
+        if self.first_batch_end is None:
+            self.first_batch_end = now
 
 
 def in_order(callbacks):

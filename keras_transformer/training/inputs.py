@@ -116,18 +116,22 @@ def _dev_batches(config, run, sources, references, name="dev"):
     return batches
 
 
-def dev_callbacks(config, dev, dev_texts, loss, step_fn, vocabulary, evaluations):
-    """(the `Validation` of the dev batches, the `DevBleu` every bleu_steps or None), both
-    publishing to `evaluations`: each pair's and their mean (`training.pair_dev`) for a run of
-    several pairs."""
+def dev_passes(config, dev, dev_texts, loss, vocabulary):
+    """{kind: the dev pass, called with a model}: "loss" the `DevLoss` of the dev batches,
+    "translation" the `DevTranslation` of the first dev sentences (when bleu_steps is set); a
+    run of several pairs' evaluate each pair and their mean (`training.pair_dev`). Empty
+    without a dev set."""
+    if dev is None:
+        return {}
     if isinstance(dev, dict):
-        from keras_transformer.training.pair_dev import PairDevBleu as DevBleu
-        from keras_transformer.training.pair_dev import PairValidation as Validation
+        from keras_transformer.training.pair_dev import PairDevLoss as DevLoss
+        from keras_transformer.training.pair_dev import PairDevTranslation as DevTranslation
     else:
-        from keras_transformer.training.callbacks import DevBleu, Validation
-    dev_bleu = (DevBleu(vocabulary, dev_texts, config.bleu_steps, step_fn, config.max_length,
-                        evaluations) if config.bleu_steps else None)
-    return Validation(dev, loss, step_fn, evaluations), dev_bleu
+        from keras_transformer.training.callbacks import DevLoss, DevTranslation
+    passes = {"loss": DevLoss(dev, loss)}
+    if config.bleu_steps:
+        passes["translation"] = DevTranslation(vocabulary, dev_texts, config.max_length)
+    return passes
 
 
 def batches_per_step(config, strategy):

@@ -9,7 +9,7 @@ print every pair and TensorBoard writes `logs/dev` tags per pair ("en-fr/bleu").
 
 import numpy as np
 
-from keras_transformer.training.callbacks import DevBleu, DevLoss, Validation
+from keras_transformer.training.callbacks import DevLoss, DevTranslation
 from pipelines import datasets
 from pipelines.multilingual import tagged
 
@@ -27,16 +27,15 @@ def pair_dev_texts(config):
     return texts
 
 
-class PairValidation(Validation):
-    """`Validation` of each pair's dev batches ({pair name: batches}): the figures hold the
-    means under the one-pair keys and each pair's figures under "PAIR/KEY"."""
+class PairDevLoss:
+    """`DevLoss` of each pair's dev batches ({pair name: batches}), called with a model: the
+    figures hold the means under the one-pair keys and each pair's figures under "PAIR/KEY"."""
 
-    def __init__(self, datasets_by_pair, loss, step_fn, evaluations=None):
-        super().__init__(datasets_by_pair, loss, step_fn, evaluations)
+    def __init__(self, datasets_by_pair, loss):
         self._passes = {name: DevLoss(batches, loss) for name, batches in datasets_by_pair.items()}
 
-    def figures(self):
-        per_pair = {name: one(self.model) for name, one in self._passes.items()}
+    def __call__(self, model):
+        per_pair = {name: one(model) for name, one in self._passes.items()}
         results = {key: float(np.mean([r[key] for r in per_pair.values()]))
                    for key in next(iter(per_pair.values()))}
         for name, figures in per_pair.items():
@@ -44,8 +43,8 @@ class PairValidation(Validation):
         return results
 
 
-class PairDevBleu(DevBleu):
-    """`DevBleu` of each pair (`texts`: {pair name: (tagged sources, references)}): the
+class PairDevTranslation(DevTranslation):
+    """`DevTranslation` of each pair (`texts`: {pair name: (tagged sources, references)}): the
     figures hold the means and "PAIR/bleu", "PAIR/chrf"."""
 
     def score(self, translator):

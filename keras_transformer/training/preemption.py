@@ -24,7 +24,7 @@ import threading
 import keras
 
 from keras_transformer.errors import UserError
-from keras_transformer.training.events import CHECKPOINTED
+from keras_transformer.training.events import CHECKPOINTED, Outcome
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +63,15 @@ class CheckpointOnSignal(keras.callbacks.Callback):
         checkpointer: the run's `Checkpointer`.
         step_fn: returns the current optimizer step.
         evaluations: the run's `Evaluations` (or None).
+        outcome: the run's `Outcome`: the `Preempted` to raise goes to its `preempted`.
     """
 
     needs = (CHECKPOINTED,)
 
-    def __init__(self, checkpointer, step_fn, evaluations=None):
+    def __init__(self, checkpointer, step_fn, evaluations=None, outcome=None):
         super().__init__()
         self.checkpointer, self.step_fn, self.evaluations = checkpointer, step_fn, evaluations
+        self.outcome = outcome if outcome is not None else Outcome()
         self.received = None  # the signal's number, once one came
         self.saved = None  # (step, path) of the checkpoint saved on it
         self._previous = {}
@@ -107,14 +109,10 @@ class CheckpointOnSignal(keras.callbacks.Callback):
         # (The periodic checkpoint's path when one fell on this very step.)
         self.saved = (step, self.checkpointer.save(self.model, f"on {name}"))
         self.model.stop_training = True
+        self.outcome.preempted = Preempted(name, *self.saved)
+        self.outcome.stop(f"stopped by {name}")
         if self.evaluations is not None:
             self.evaluations.close()
 
     def on_train_end(self, logs=None):
         self.restore_handlers()
-
-    def stop(self):
-        """The `Preempted` to raise when a checkpoint was saved on a signal, else None."""
-        if not self.saved:
-            return None
-        return Preempted(signal.Signals(self.received).name, *self.saved)

@@ -24,15 +24,16 @@ import keras
 from keras_transformer import hardware
 from keras_transformer.runs.start import RunStart
 from keras_transformer.training.checkpointer import Checkpointer
-from keras_transformer.training.callbacks import (NanGuard, PeriodicCheckpoint,
-                                                  Progress, StopAt, TrainingError)
-from keras_transformer.training.early_stopping import BestModel, EarlyStopping
-from keras_transformer.training.events import Evaluations, in_order
+from keras_transformer.training.callbacks import (DevBleu, NanGuard, PeriodicCheckpoint,
+                                                  Progress, StopAt, TrainingError, Validation)
+from keras_transformer.training.early_stopping import (BestModel, CallbackStop, EarlyStopping,
+                                                       stopped_before)
+from keras_transformer.training.events import KINDS, Evaluations, Outcome, in_order
 from keras_transformer.training.inputs import (TokenCounter, batches_per_step, check_data,
-                                               dev_callbacks, dev_data, on_tensorflow,
+                                               dev_data, dev_passes, on_tensorflow,
                                                train_batches, training_data)
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
-from keras_transformer.training.optimizer import paper_optimizer
+from keras_transformer.training.optimizer import averaged_weights, run_optimizer
 from keras_transformer.training.preemption import CheckpointOnSignal
 from keras_transformer.training.strategy import is_chief, make_strategy, task_id
 from keras_transformer.training.tensorboard import TensorBoardLog
@@ -49,8 +50,7 @@ def compile_model(model, config):
     (B, T, V) logits (an argmax, a second softmax), which cost about a tenth of a d_model-128
     training step with a 10k vocabulary. The loss is logged each step; the `Validation`
     callback reports dev perplexity and token accuracy every eval_steps."""
-    optimizer = paper_optimizer(model.d_model, config.warmup_steps, config.lr_scale,
-                                config.grad_accum_steps)
+    optimizer = run_optimizer(model.d_model, config.optimization)
     loss = LabelSmoothedCrossEntropy(config.label_smoothing)
     # JAX runs every step through XLA (eager JAX is op by op); TensorFlow when asked (--xla).
     model.compile(optimizer=optimizer, loss=loss, jit_compile=config.xla or not on_tensorflow())
@@ -66,8 +66,20 @@ def train(config, continue_stopped=False, callbacks=()):
 
     A run that stopped early (training/early_stopping.py) trains on only with
     `continue_stopped` (`train --continue-stopped`). `callbacks`: Keras callbacks of the
-    caller's own, run by `model.fit` with the run's (training/events.py orders them). The Keras
-    dtype policy is the config's while training, and the process's own again after."""
+    caller's own, run by `model.fit` after the run's (training/events.py orders them). The Keras
+    dtype policy is the config's while training, and the process's own again after.
+
+    The dev figures are in the Keras `logs` that those callbacks get: val_loss,
+    val_perplexity and val_token_accuracy at the end of every Keras epoch (eval_steps optimizer
+    steps), val_bleu and val_chrf (with bleu_steps) in the logs of the batch they are computed
+    at and of the end of that epoch. So Keras' own callbacks work on them:
+
+        train(config, callbacks=[
+            keras.callbacks.CSVLogger("dev.csv"),
+            keras.callbacks.EarlyStopping(monitor="val_bleu", mode="max", patience=3)])
+
+    A stop that such a callback asks for is the run's early stop: the summary's "stopped"
+    says so, and running `train` again trains on only with `continue_stopped`."""
     previous = keras.mixed_precision.global_policy()
     try:
         with contextlib.ExitStack() as held:
@@ -86,61 +98,59 @@ def _train(requested, held, continue_stopped, user_callbacks):
         print(describe(data), flush=True)
     dev, dev_texts = dev_data(config, run)
 
-    # Model, optimizer, dev evaluation; the initial weights: the newest readable checkpoint's
+    # Model, optimizer, dev passes; the initial weights: the newest readable checkpoint's
     # (with its early-stopping counters), else the parent's, else the seed's.
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
         model = run.build_model()
         optimizer, loss = compile_model(model, config)
     step_fn = _step_counter(model, optimizer)
-    evaluations = _evaluations(config)
-    validation, dev_bleu = (None, None) if dev is None else dev_callbacks(
-        config, dev, dev_texts, loss, step_fn, vocabulary, evaluations)
+    passes = dev_passes(config, dev, dev_texts, loss, vocabulary)
     per_step = batches_per_step(config, strategy)
     # Every worker starts from the run's checkpoints; only the chief's saves are the run's.
-    origin = start.initial_weights(model, per_step, validation)
-    evaluations.restore(origin.state)
-    early, best = _early_stopping(config, run, evaluations, validation, chief)
+    origin = start.initial_weights(model, per_step, passes.get("loss"))
+    evaluations = _evaluations(config, origin, has_dev=bool(passes))
     start_step = step_fn()
     summary = {"run_dir": str(run.directory), "start_step": start_step, "step": start_step}
     if start_step >= config.train_steps:
         print(f"nothing to do: step {start_step} >= train_steps {config.train_steps}")
         return {"step": start_step, "run_dir": str(run.directory)}
-    had_stopped = early.had_stopped(continue_stopped)
+    had_stopped = stopped_before(evaluations, run, continue_stopped, _keeps_best(config, chief,
+                                                                                passes))
     if had_stopped:
         print(had_stopped, flush=True)
-        return dict(summary, stopped=early.reason)
+        return dict(summary, stopped=f"had stopped early at step "
+                                     f"{evaluations.record.stopped_step}")
 
-    # The callbacks, in the order their declared needs give (training/events.py).
-    counter = TokenCounter()
+    counter, outcome = TokenCounter(), Outcome()
     train_data = train_batches(data, config, strategy, origin.data_position, counter)
     checkpointer = _checkpointer(run, config, strategy, per_step, origin.data_position,
                                  step_fn, evaluations)
-    stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes)
-    on_signal = _on_signal(config, checkpointer, step_fn, evaluations)
-    callbacks = in_order([NanGuard(step_fn), validation, dev_bleu, early, best, stop,
-                          _periodic(config, checkpointer), on_signal,
-                          *_logs(run, config, chief, step_fn, counter, evaluations),
-                          *user_callbacks])
-    owed = validation if config.early_stopping_metric == "loss" else dev_bleu
+    on_signal = _on_signal(config, checkpointer, step_fn, evaluations, outcome)
+    callbacks = _callbacks(run, config, chief, step_fn, passes, evaluations, outcome,
+                           checkpointer, on_signal, counter, user_callbacks)
     started = time.monotonic()
     with _fitting(on_signal):
-        if catch_up(model, callbacks, evaluations, owed, start_step):  # it stopped the run
-            checkpointer.save(model, "early stopping")
+        for callback in callbacks:
+            callback.set_model(model)
+        owed = _owed_pass(passes, evaluations, model, start_step)
+        if owed and evaluations.catch_up(start_step, owed):
+            checkpointer.save(model, "early stopping")  # the owed evaluation stopped the run
         else:
             _fit(model, train_data, config, start_step, callbacks, chief)
     seconds = time.monotonic() - started
 
     step = step_fn()
-    preempted = on_signal.stop() if on_signal else None
-    if preempted and step < config.train_steps and not evaluations.stopped:
-        raise preempted  # at train_steps, or stopped early, the run finishes as usual
+    if outcome.preempted and step < config.train_steps and not evaluations.stopped:
+        raise outcome.preempted  # at train_steps, or stopped early, the run finishes as usual
     summary.update(step=step, **_speed(seconds, counter.count()),
-                   stopped=early.reason or stop.reason or "epochs done")
-    if stop.first_batch_end is not None:  # the first step, its compilation included
-        summary["first_step_seconds"] = round(stop.first_batch_end - started, 2)
+                   stopped=outcome.reason or "epochs done")
+    if outcome.first_batch_end is not None:  # the first step, its compilation included
+        summary["first_step_seconds"] = round(outcome.first_batch_end - started, 2)
     summary.update(origin.summary())
-    return _finish(summary, run, config, model, validation, chief)
+    if "loss" in passes:  # the pass at the last epoch's end, if made at this step
+        summary.update(evaluations.latest("loss", step) or passes["loss"](model))
+    return _finish(summary, run, config, model, chief)
 
 
 def _open(start, held):
@@ -161,25 +171,69 @@ def _open(start, held):
     return strategy, chief
 
 
-def _evaluations(config):
-    """The run's `Evaluations`: the followed metric's evaluations are judged against the best
-    (every eval_steps for the dev loss, bleu_steps for BLEU and chrF)."""
-    loss = config.early_stopping_metric == "loss"
-    return Evaluations(config.early_stopping_metric, config.early_stopping_min_delta,
-                       config.eval_steps if loss else config.bleu_steps, config.train_steps)
-
-
-def _early_stopping(config, run, evaluations, validation, chief):
-    """(`EarlyStopping`, `BestModel` or None): inert without a dev set, patience and
-    keep_best."""
-    keep_best = config.keep_best if config.keep_best is not None else validation is not None
-    if config.early_stopping_patience and validation is None:
+def _evaluations(config, origin, has_dev):
+    """The run's `Evaluations`, with the counters of the checkpoint resumed from: the followed
+    metric's evaluations are judged against the best (every eval_steps for the dev loss,
+    bleu_steps for BLEU and chrF). A fine-tuned run's dev figures with its parent's weights are
+    its first evaluation (TensorBoard's first dev point)."""
+    if config.early_stopping_patience and not has_dev:
         raise TrainingError(f"early_stopping_patience {config.early_stopping_patience} needs a "
                             f"dev set, and dataset {config.dataset!r} has none here: give "
                             "--dev-src and --dev-tgt, or leave early stopping off.")
-    keep = chief and keep_best
-    return (EarlyStopping(evaluations, config.early_stopping_patience, run, keep=keep),
-            BestModel(evaluations, run) if keep else None)
+    loss = config.early_stopping_metric == "loss"
+    evaluations = Evaluations(config.early_stopping_metric, config.early_stopping_min_delta,
+                              config.eval_steps if loss else config.bleu_steps,
+                              config.train_steps)
+    evaluations.restore(origin.state)
+    if origin.start_figures is not None:
+        evaluations.publish("loss", origin.step, origin.start_figures)
+    return evaluations
+
+
+def _keeps_best(config, chief, passes):
+    """Whether this process writes best.keras: the chief of a run with keep_best (by default,
+    a run with a dev set)."""
+    keep_best = config.keep_best if config.keep_best is not None else bool(passes)
+    return chief and keep_best
+
+
+def _callbacks(run, config, chief, step_fn, passes, evaluations, outcome, checkpointer,
+               on_signal, counter, user_callbacks):
+    """The run's callbacks and the caller's, in the order their declared needs give
+    (training/events.py), and last `CallbackStop`, which records a stop that a caller's
+    callback asked for."""
+    validation = dev_bleu = early = best = None
+    if passes:
+        validation = Validation(passes["loss"], step_fn, evaluations)
+        keep = _keeps_best(config, chief, passes)
+        early = EarlyStopping(evaluations, config.early_stopping_patience, run, keep=keep,
+                              outcome=outcome)
+        best = BestModel(evaluations, run) if keep else None
+    if "translation" in passes:
+        dev_bleu = DevBleu(passes["translation"], config.bleu_steps, step_fn, evaluations)
+    stop = StopAt(config.train_steps, step_fn, config.time_limit_minutes, outcome)
+    return in_order([NanGuard(step_fn), validation, dev_bleu, early, best, stop,
+                     _periodic(config, checkpointer), on_signal,
+                     *_logs(run, config, chief, step_fn, counter, evaluations),
+                     *user_callbacks]) + [CallbackStop(evaluations, outcome, step_fn)]
+
+
+def _owed_pass(passes, evaluations, model, step):
+    """The pass of the followed metric that `Evaluations.catch_up` makes when the run owes it:
+    its figures (the greedy dev translation's line printed as `DevBleu` prints it). None
+    without that pass (no dev set)."""
+    kind = KINDS[evaluations.metric]
+    if kind not in passes:
+        return None
+
+    def evaluate():
+        figures = passes[kind](model)
+        if kind == "translation":
+            figures, line = figures
+            print(f"step {step}: {line}", flush=True)
+        return figures
+
+    return evaluate
 
 
 def _checkpointer(run, config, strategy, per_step, position, step_fn, evaluations):
@@ -202,12 +256,12 @@ def _periodic(config, checkpointer):
     return PeriodicCheckpoint(checkpointer, minutes, steps)
 
 
-def _on_signal(config, checkpointer, step_fn, evaluations):
+def _on_signal(config, checkpointer, step_fn, evaluations, outcome):
     """On SIGTERM/SIGINT: finish the step, checkpoint, stop (not under multiworker: see
     training/preemption.py)."""
     if not config.checkpoint_on_signal or config.strategy == "multiworker":
         return None
-    return CheckpointOnSignal(checkpointer, step_fn, evaluations)
+    return CheckpointOnSignal(checkpointer, step_fn, evaluations, outcome)
 
 
 def _logs(run, config, chief, step_fn, counter, evaluations):
@@ -221,19 +275,6 @@ def _logs(run, config, chief, step_fn, counter, evaluations):
     if config.verbose >= 1:
         logs.append(Progress(step_fn, config.train_steps, counter.count))
     return logs
-
-
-def catch_up(model, callbacks, evaluations, evaluator, step):
-    """Gives the callbacks the model and makes the evaluation owed by the checkpoint resumed
-    from at `step` (one saved at an evaluation step before or instead of that evaluation) with
-    `evaluator` (the followed metric's `Validation` or `DevBleu`, or None). True when it
-    stopped the run."""
-    for callback in callbacks:
-        callback.set_model(model)
-    if evaluator is None or not evaluations.owes(step):
-        return False
-    evaluator.evaluate(owed=True)
-    return evaluations.stopped
 
 
 def _fit(model, train_data, config, start_step, callbacks, chief):
@@ -268,12 +309,11 @@ def _speed(seconds, tokens):
             "tokens_per_s": round(tokens / max(seconds, 1e-9), 1)}
 
 
-def _finish(summary, run, config, model, validation, chief):
-    """The summary with the dev figures at the last step and the saved model; prints it."""
-    if validation is not None:
-        summary.update(validation.results())  # the pass at the last epoch's end, if current
+def _finish(summary, run, config, model, chief):
+    """The summary with the saved model; prints it."""
     if chief:
-        summary["model"] = str(run.save_model(model))
+        with averaged_weights(model):  # the moving average's, where the run keeps one
+            summary["model"] = str(run.save_model(model))
     summary["backend"] = keras.backend.backend()
     summary["precision"] = config.precision
     print(f"training done: step {summary['start_step']} -> {summary['step']} in "

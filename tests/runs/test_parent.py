@@ -18,7 +18,7 @@ from keras_transformer.errors import ConfigError, RunError
 from keras_transformer.runs import Run, make_config
 from keras_transformer.runs.parent import initialize, with_parent
 from keras_transformer.training import train
-from keras_transformer.training.callbacks import Validation
+from keras_transformer.training.callbacks import DevLoss
 from keras_transformer.training.inputs import dev_data
 from keras_transformer.training.loss import LabelSmoothedCrossEntropy
 from tests.training_helpers import write_corpus
@@ -49,10 +49,9 @@ def dev_loss(run_dir, dev_of):
     """The dev loss of a run's model for decoding on the dev set of the run `dev_of`, as
     `train` reports it."""
     model, data = Run(run_dir), Run(dev_of)
-    validation = Validation(dev_data(data.config, data)[0],
-                            LabelSmoothedCrossEntropy(data.config.label_smoothing), lambda: 0)
-    validation.set_model(model.load_model())
-    return validation.evaluate()["val_loss"]
+    dev_loss = DevLoss(dev_data(data.config, data)[0],
+                       LabelSmoothedCrossEntropy(data.config.label_smoothing))
+    return dev_loss(model.load_model())["val_loss"]
 
 
 @pytest.fixture(scope="module")
