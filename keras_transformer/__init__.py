@@ -23,7 +23,9 @@ the floors before it:
                          its quiet console
 
 `pipelines` (input pipelines, the tokenizer, the dataset registry) sits below all of them and
-knows nothing of the model.
+knows nothing of the model. This file, the package's face, stands on training's floor: the
+names it hands on and the classes it registers come from layers, models and training, by
+plain imports (each folder's `__init__.py` stands on its folder's floor).
 
 Importing the package registers every class a saved model or run names (the model, the
 layers, the loss, the schedule, the optimizer, the metrics, the ensemble) with Keras, as
@@ -58,24 +60,22 @@ import sys
 
 __version__ = "0.2.0"
 
-# The modules whose classes a saved model, a compiled model or a run names; importing one
-# registers its classes (`@keras.saving.register_keras_serializable`).
-REGISTERING_MODULES = (
-    "keras_transformer.layers",
-    "keras_transformer.models.transformer",
-    "keras_transformer.models.ensemble",
-    "keras_transformer.training.loss",
-    "keras_transformer.training.schedule",
-    "keras_transformer.training.optimizer",
-    "keras_transformer.training.metrics",
-)
-
 
 def register():
     """Registers the package's saveable classes with Keras (importing the package does it,
-    except while the command line builds its parser). Idempotent."""
-    for module in REGISTERING_MODULES:
-        importlib.import_module(module)
+    except while the command line builds its parser). Idempotent.
+
+    Each module imported here registers its classes as it loads
+    (`@keras.saving.register_keras_serializable`): the model, its layers and ensemble, and
+    the loss, schedule, optimizer and metrics a compiled model or a run names."""
+    import keras_transformer.layers  # noqa: F401
+    import keras_transformer.models.ensemble  # noqa: F401
+    import keras_transformer.models.transformer  # noqa: F401
+    import keras_transformer.training.loss  # noqa: F401
+    import keras_transformer.training.metrics  # noqa: F401
+    import keras_transformer.training.optimizer  # noqa: F401
+    import keras_transformer.training.schedule  # noqa: F401
+
 
 # name -> the module that defines it
 _LAZY = {
