@@ -36,6 +36,7 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```")
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9_-]*")
 COMMAND = re.compile(r"(?:^|[\s|;(&])keras-transformer\s+([a-z][a-z0-9-]*)(.*)")
+INLINE = re.compile(r"`((?:KERAS_BACKEND=\w+ )?(?:keras-transformer|python3? benchmarks/)[^`]*)`")
 BENCHMARK = re.compile(r"\bpython3?\s+(?:\S*/)?benchmarks/(\w+)\.py(.*)")
 
 
@@ -63,7 +64,8 @@ def anchors(page):
 
 def code_lines(page):
     """(line number, text) of each command in the page's code blocks (fenced, or indented by
-    four spaces after a blank line), backslash continuations joined."""
+    four spaces after a blank line), backslash continuations joined, and of each inline code
+    span that is a command (`keras-transformer ...`, `python benchmarks/...`)."""
     lines = page.read_text(encoding="utf-8").splitlines()
     commands, fenced, previous_blank, pending = [], False, True, None
     for number, line in enumerate(lines, 1):
@@ -75,6 +77,7 @@ def code_lines(page):
         previous_blank = not line.strip()
         if not (fenced or indented):
             pending = None
+            commands += [(number, span) for span in INLINE.findall(line)]
             continue
         text = line.strip()
         if pending is not None:
@@ -150,7 +153,7 @@ def test_every_relative_link_resolves(page):
 
 
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
-def test_every_flag_in_a_code_block_is_in_its_commands_help(page, flags_of):
+def test_every_flag_in_a_command_is_in_its_commands_help(page, flags_of):
     unknown = []
     for number, text in code_lines(page):
         for match in COMMAND.finditer(text):
@@ -169,7 +172,8 @@ def test_every_flag_in_a_code_block_is_in_its_commands_help(page, flags_of):
                 unknown.append(f"{page_id(page)}:{number}: benchmarks/{name}.py: no such script")
                 continue
             unknown += [f"{page_id(page)}:{number}: benchmarks/{name}.py {flag}"
-                        for flag in flags_in(rest) if flag not in declared]
+                        for flag in flags_in(rest) if flag not in declared and flag != "--help"
+                        and flag.replace("--no-", "--", 1) not in declared]
     assert not unknown, "\n".join(unknown)
 
 
@@ -184,7 +188,8 @@ def test_the_checks_find_what_they_look_for(tmp_path, flags_of):
     page = tmp_path / "page.md"
     page.write_text("# Title\n\nAs issue 12 said, in this session.\n[x](nowhere.md) [y](#title)"
                     " [z](#missing)\n\n```\nkeras-transformer translate --run-dir R --no-such "
-                    "\\\n    --beam 4 --also-not\n```\n", encoding="utf-8")
+                    "\\\n    --beam 4 --also-not\n```\nInline: `keras-transformer score --json`.\n",
+                    encoding="utf-8")
     assert re.search(WORK_WORDS["an issue number"], page.read_text(), re.IGNORECASE)
     assert re.search(WORK_WORDS["a work-log count"], page.read_text(), re.IGNORECASE)
     assert re.search(WORK_WORDS["a target of ours"], "1.3x (target 3x)")
@@ -193,7 +198,8 @@ def test_the_checks_find_what_they_look_for(tmp_path, flags_of):
                          re.IGNORECASE)
     assert anchors(page) == {"title"}
     assert code_lines(page) == [(7, "keras-transformer translate --run-dir R --no-such  "
-                                    "--beam 4 --also-not")]
+                                    "--beam 4 --also-not"),
+                                (10, "keras-transformer score --json")]
     rest = COMMAND.search(code_lines(page)[0][1]).group(2)
     assert [f for f in flags_in(rest) if f not in flags_of["translate"]] == [
         "--no-such", "--also-not"]
