@@ -49,9 +49,9 @@ EXTRAS_REQUIRE = {
             "jaxlib==0.10.2", "ai-edge-litert==2.3.0",
             # oneTBB's malloc, which the tests preload in their processes (tests/conftest.py)
             "tbb==2023.2.0",
-            # the serve tests: Starlette's TestClient (httpx), the page driven in Debian's
+            # the serve tests: Starlette's TestClient (httpx2), the page driven in Debian's
             # headless Chromium (playwright, given executable_path: no browser download)
-            "httpx==0.29.0", "playwright==1.65.3"],
+            "httpx2==2.16.2", "playwright==1.65.3"],
 }
 
 setup(

@@ -6,12 +6,15 @@
     keras-transformer average --run-dir runs/multi30k-en-de --last 5
     keras-transformer export --run-dir runs/multi30k-en-de --format savedmodel
     keras-transformer distill --teacher runs/multi30k-en-de --output-dir runs/student
+    keras-transformer tune --run-dir runs/multi30k-en-de --src dev.en --ref dev.de
     keras-transformer demo
 
     models.py   params, presets          decode.py   translate, evaluate, attention, parse
     train.py    train, prepare           export.py   average, export, saved-model-cli
     demo.py     demo                     flags.py    the flags several commands share
     score.py    score                    distill.py  distill
+    tune.py     tune
+    serve.py    serve
 
 Each module's `register(commands)` adds its parsers, each with `set_defaults(run=function)`;
 a command function calls the library and prints. Nothing heavy is imported to build the
@@ -33,10 +36,11 @@ import os
 import sys
 
 from keras_transformer.cli import console, lean_start
-from keras_transformer.cli import decode, demo, distill, export, models, score, train
+from keras_transformer.cli import (decode, demo, distill, export, models, score, serve, train,
+                                   tune)
 
 # In the order `keras-transformer --help` lists them.
-FAMILIES = (models, train, export, decode, score, distill, demo)
+FAMILIES = (models, train, tune, export, decode, score, serve, distill, demo)
 
 EXIT_STATUS = ("exit status: 0 done; 2 a user error (bad input, bad config, a missing or "
                "damaged file, no space left, a run another process writes), told in one line; "

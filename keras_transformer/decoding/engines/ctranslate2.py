@@ -14,6 +14,7 @@ This module imports neither TensorFlow nor Keras (word alignments do, when asked
 Its workers and threads default to the setting measured fastest (`default_threading`).
 """
 
+import copy
 import json
 import os
 import pathlib
@@ -136,6 +137,19 @@ class CTranslate2Translator(Engine):
                    workers=request.workers, threads=request.threads,
                    no_repeat_ngram_size=request.no_repeat_ngram_size,
                    repetition_penalty=request.repetition_penalty)
+
+    def searching_with(self, request):
+        """This engine, its workers and weights shared, searching with `request`'s beam,
+        length penalty, output limit and repetition controls (what it lacks refused by name,
+        as `from_request` does): a server's requests of different searches on one set of
+        workers."""
+        self.refuse_unsupported(request.engine_options())
+        variant = copy.copy(self)
+        variant.beam_size, variant.alpha = request.beam_size, request.alpha
+        variant.extra_length = request.extra_length
+        variant.repetition = dict(no_repeat_ngram_size=request.no_repeat_ngram_size,
+                                  repetition_penalty=float(request.repetition_penalty))
+        return variant
 
     def _engine(self, workers, threads):
         return self.ctranslate2.Translator(str(self.model_dir), inter_threads=workers,

@@ -96,7 +96,7 @@ class Engine:
 
     # -- the Python API ------------------------------------------------------------------------
     def translate(self, sentences, nbest=False, progress=None, prefixes=None, alignments=False,
-                  constraints=None, target_language=None):
+                  constraints=None, target_language=None, scores=False):
         """Translates a list of strings; returns strings (or, with nbest, lists of
         (translation, score) pairs, best first). Empty inputs give empty outputs.
 
@@ -115,6 +115,8 @@ class Engine:
         target_language: a run of several pairs: the language to translate into ("fr"), or
             one per sentence (default: the engine's, `set_languages`); a one-pair run takes
             None or its own target.
+        scores: (translation, score) pairs instead of strings, the best hypothesis' score
+            (what the SavedModel's serving_default answers); not with alignments.
         """
         options = {"nbest": bool(nbest), "prefixes": prefixes is not None,
                    "alignments": bool(alignments), "constraints": constraints is not None}
@@ -128,7 +130,9 @@ class Engine:
                        for hypotheses in results]
         if nbest:
             return results
-        return [(r[0][0], r[0][2]) for r in results] if alignments else [r[0][0] for r in results]
+        if alignments:
+            return [(r[0][0], r[0][2]) for r in results]
+        return [r[0][:2] for r in results] if scores else [r[0][0] for r in results]
 
     def sample(self, sentences, prefixes=None, progress=None, target_language=None,
                **sampling):
