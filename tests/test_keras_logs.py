@@ -115,3 +115,27 @@ def test_keras_csv_logger_and_early_stopping_on_val_bleu_given_to_train(
     assert again["stopped"] == f"had stopped early at step {stop}"
     assert re.search(rf"stopped early at step {stop} \(a callback given to train stopped it; "
                      r".*only with --continue-stopped\.$", capsys.readouterr().out, re.M)
+
+
+@pytest.mark.slow  # a model of the runtime preset fitted 4 steps on dev batches (~15 s)
+def test_the_dev_callbacks_put_their_figures_in_a_model_fit_of_your_own(tiny_run):
+    from keras_transformer.runs import Run
+    from keras_transformer.training.callbacks import (DevBleu, DevLoss, DevTranslation,
+                                                      Validation)
+    from keras_transformer.training.inputs import dev_data
+    from keras_transformer.training.trainer import compile_model
+
+    run = Run(tiny_run)
+    model = run.build_model()
+    _, loss = compile_model(model, run.config)
+    dev, (sources, references) = dev_data(run.config, run)
+    batch_logs = BatchLogs()
+    # No step function, no run: the optimizer's step, and the figures go to the logs only.
+    history = model.fit(dev.repeat(), steps_per_epoch=2, epochs=2, verbose=0, callbacks=[
+        Validation(DevLoss(dev, loss)),
+        DevBleu(DevTranslation(run.vocabulary(), (sources[:8], references[:8]), 32), every=2),
+        batch_logs])
+    assert {"loss", "val_loss", "val_perplexity", "val_token_accuracy", "val_bleu",
+            "val_chrf"} <= set(history.history)
+    assert len(history.history["val_bleu"]) == len(history.history["val_loss"]) == 2
+    assert batch_logs.seen["val_bleu"] == [2, 4]
