@@ -21,9 +21,9 @@ import typing
 
 from keras_transformer.errors import ConfigError
 from keras_transformer.models.presets import get_preset
-from keras_transformer.runs.sections import (AUTO, DataSettings, DistillationSettings,
-                                             ModelSettings, OptimizationSettings, ParentSettings,
-                                             RunSettings)
+from keras_transformer.runs.sections import (AUTO, DECAYING, WSD, WSD_COOLDOWN, DataSettings,
+                                             DistillationSettings, ModelSettings,
+                                             OptimizationSettings, ParentSettings, RunSettings)
 from keras_transformer.runs.settings import FILE, FLAG, GIVEN, PRESET, Settings
 
 
@@ -56,6 +56,9 @@ class TrainConfig(Settings):
             if optimization[key] is None:
                 optimization[key] = training[key]
                 sources.setdefault(key, PRESET)
+        if optimization["lr_schedule"] == WSD and optimization["cooldown_fraction"] is None:
+            optimization["cooldown_fraction"] = WSD_COOLDOWN
+            sources.setdefault("cooldown_fraction", "wsd's default")
         if optimization["precision"] == AUTO:
             optimization["precision"], reason = _machine_precision()
             sources["precision"] = f"auto: {reason}"
@@ -132,6 +135,7 @@ class TrainConfig(Settings):
                     changes[key] = value
             elif value != saved[key]:
                 changed[key] = (saved[key], value)
+        _check_decay_horizon(saved, changes)
         if changed:
             details = ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changed.items())
             resumable = sorted(k for k, v in keys.items() if v[1].metadata["resumable"])
@@ -160,6 +164,19 @@ class TrainConfig(Settings):
             if architecture.get("max_length") is not None:
                 document["max_positions"] = architecture["max_length"]
         return cls.from_values(cls.flatten(document, where))
+
+
+def _check_decay_horizon(saved, changes):
+    """A run whose learning rate decays to 0 at train_steps keeps them when it resumes: other
+    steps would move the end of the decay after part of it was trained (the rate jumping
+    back up, or falling off a cliff). ConfigError saying what to do instead."""
+    if saved["lr_schedule"] in DECAYING and "train_steps" in changes:
+        raise ConfigError(
+            f"this run's learning rate (lr_schedule {saved['lr_schedule']!r}) decays to 0 at "
+            f"train_steps={saved['train_steps']}; resuming it with train_steps="
+            f"{changes['train_steps']} would change its schedule mid-run. Resume it with its "
+            "own train_steps, or train a new run from its weights with a schedule of its own "
+            "(--init-from, docs/fine-tuning.md).")
 
 
 def _machine_precision():

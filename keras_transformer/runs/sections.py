@@ -13,8 +13,8 @@ from keras_transformer.defaults import (MAX_LENGTH, SHARD_PAIRS, TRAIN_TOKENS_PE
                                         VOCAB_SIZE)
 from keras_transformer.errors import ConfigError
 from keras_transformer.models.presets import get_preset, preset_names
-from keras_transformer.runs.settings import (PRESET, Section, fraction, non_negative, positive,
-                                             setting)
+from keras_transformer.runs.settings import (PRESET, Range, Section, fraction, non_negative,
+                                             positive, setting)
 from keras_transformer.runs.pairs import check_pairs, language_pairs
 from pipelines.datasets import DATASETS
 from pipelines.multilingual import TEMPERATURE as PAIR_TEMPERATURE
@@ -25,10 +25,23 @@ STRATEGIES = ("default", "mirrored", "multiworker")
 # Dev metrics early stopping and best.keras can follow (training/early_stopping.py).
 EARLY_STOPPING_METRICS = ("loss", "bleu", "chrf")
 POSITIONAL = ("sinusoidal", "learned")
+# Learning-rate schedules (training/schedule.py builds them): the paper's, and those that warm
+# up, then decay to 0 at train_steps.
+INVERSE_SQRT, WSD = "inverse_sqrt", "wsd"
+DECAYING = ("linear", "cosine", WSD)
+LR_SCHEDULES = (INVERSE_SQRT, *DECAYING)
+WSD_COOLDOWN = 0.25  # the share of the steps wsd's cooldown takes where none is given
 # The learned positional table's length where the preset does not give one.
 LEARNED_POSITIONS = 512
 
 _PRESET = "default: the preset's"
+
+
+def _when_set(section):
+    """`saved_if` of a setting added after runs were saved: in config.json only when it is not
+    its default, so a run that leaves it alone saves the file it always did."""
+    del section
+    return False
 
 
 def _known_preset(name):
@@ -180,13 +193,37 @@ class DataSettings(Section):
 class OptimizationSettings(Section):
     """The optimizer, its schedule, the loss and the numerics (paper Section 5)."""
 
-    train_steps: Optional[int] = setting(None, "optimizer steps", check=positive,
-                                         resumable=True, default_text=_PRESET)
+    train_steps: Optional[int] = setting(None, "optimizer steps (a run whose lr_schedule "
+                                         "decays to 0 at train_steps cannot change them when "
+                                         "it resumes)", check=positive, resumable=True,
+                                         default_text=_PRESET)
     warmup_steps: Optional[int] = setting(None, "learning-rate warmup steps (paper 4000)",
                                           check=positive, default_text=_PRESET)
     label_smoothing: Optional[float] = setting(None, "eps_ls (paper 0.1)", check=fraction,
                                                default_text=_PRESET)
-    lr_scale: float = setting(1.0, "multiplier on the paper's learning rate", check=positive)
+    lr_schedule: str = setting(
+        INVERSE_SQRT, "learning-rate schedule: inverse_sqrt (the paper's: warmup, then "
+        "step^-0.5), or warmup then a decay to 0 at train_steps: linear, cosine, or wsd (the "
+        "peak held, then a linear cooldown over the last cooldown_fraction of the steps)",
+        choices=LR_SCHEDULES, saved_if=_when_set)
+    peak_lr: Optional[float] = setting(
+        None, "the learning rate at the end of the warmup, before lr_scale", check=positive,
+        default_text="default: the paper schedule's, (d_model * warmup_steps)^-0.5",
+        saved_if=_when_set)
+    cooldown_fraction: Optional[float] = setting(
+        None, "wsd: the share of train_steps its cooldown takes",
+        check=Range(0, 1, low_open=True), default_text=f"default {WSD_COOLDOWN} with wsd",
+        saved_if=_when_set)
+    lr_scale: float = setting(1.0, "multiplier on the learning rate of every lr_schedule",
+                              check=positive)
+    clip_norm: Optional[float] = setting(None, "clip the gradients to this global norm",
+                                         check=positive, default_text="default off",
+                                         saved_if=_when_set)
+    ema_momentum: Optional[float] = setting(
+        None, "keep an exponential moving average of the weights with this momentum (0.999: "
+        "about the last 1000 steps); model.keras holds the average, checkpoints the trained "
+        "weights and the average", check=Range(0, 1, low_open=True, high_open=True),
+        default_text="default off", saved_if=_when_set)
     grad_accum_steps: int = setting(1, "batches per optimizer update", check=positive)
     precision: str = setting(AUTO, "Keras dtype policy; auto: mixed_bfloat16 on CPUs with bf16 "
                              "(avx512_bf16, AMX) and GPUs with bf16 under JAX, else float32. "
@@ -195,6 +232,18 @@ class OptimizationSettings(Section):
     xla: bool = setting(False, "compile the training step with XLA")
     seed: int = setting(1234, "random seed (data order, initialization, dropout)",
                         prepare=True)
+
+    def validate(self):
+        super().validate()
+        if self.lr_schedule in DECAYING and None not in (self.warmup_steps, self.train_steps) \
+                and self.warmup_steps >= self.train_steps:
+            raise ConfigError(f"lr_schedule {self.lr_schedule!r} warms up, then decays to 0 at "
+                              f"train_steps={self.train_steps}: warmup_steps="
+                              f"{self.warmup_steps} must be fewer (--warmup-steps).")
+        if self.cooldown_fraction is not None and self.lr_schedule != WSD:
+            raise ConfigError(f"Config key 'cooldown_fraction' is a setting of lr_schedule "
+                              f"'wsd'; this run's is {self.lr_schedule!r}: leave it out, or "
+                              "give --lr-schedule wsd.")
 
 
 @dataclasses.dataclass
