@@ -60,7 +60,7 @@ def train_tiny_run(folder):
                     "--dev-src", str(corpus["dev"][0]), "--dev-tgt", str(corpus["dev"][1]),
                     "--vocab-size", "400", "--tokens-per-batch", "256", "--max-length", "32",
                     "--train-steps", "30", "--precision", "float32", "--verbose", "0",
-                    "--output-dir", str(run_dir)], check=True, capture_output=True)
+                    "--output-dir", str(run_dir), "--no-tune"], check=True, capture_output=True)
     return run_dir
 
 

@@ -20,7 +20,7 @@ def parse_run(tmp_path_factory, shared_data):
                        "--source-dir",
                        str(shared_data / "ptb-sample"), "--vocab-size", "1200", "--train-steps",
                        "20", "--eval-steps", "20", "--tokens-per-batch", "2048", "--max-length",
-                       "256", "--output-dir", str(run_dir), "--verbose", "0"])
+                       "256", "--output-dir", str(run_dir), "--verbose", "0", "--no-tune"])
     assert status == 0
     return run_dir
 

@@ -38,7 +38,8 @@ def train_command(corpus, output_dir, *extra):
         "--train-tgt", str(corpus["train.tgt"]), "--dev-src", str(corpus["dev.src"]),
         "--dev-tgt", str(corpus["dev.tgt"]), "--vocab-size", "400", "--tokens-per-batch", "256",
         "--max-length", "32", "--warmup-steps", "50", "--output-dir", str(output_dir),
-        "--verbose", "0", "--precision", "float32", *extra,  # *extra may ask for another
+        "--verbose", "0", "--precision", "float32", "--no-tune",  # (tests/test_tune.py tunes)
+        *extra,  # *extra may ask for another precision
     ]
 
 

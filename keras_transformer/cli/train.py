@@ -27,6 +27,11 @@ def register(commands, config_class=None):
     train.add_argument("--config", help="YAML or JSON file with the settings below, by "
                        "section (model:, data:, optimization:, run:) or as flat keys; flags "
                        "override it")
+    train.add_argument("--no-tune", action="store_true",
+                       help="skip the tuning at the end: by default a run with a dev set "
+                       "then chooses its weights, alpha and repetition controls on the first "
+                       "500 dev sentences, as `keras-transformer tune --run-dir RUN_DIR` does "
+                       "(RUN_DIR/decoding.json)")
     train.add_argument("--continue-stopped", action="store_true",
                        help="train on a run that stopped early (--early-stopping-patience): "
                        "its patience counts again from where it stopped; without it such a "
@@ -75,7 +80,33 @@ def _train(args, config_class):
     with contextlib.nullcontext() if multiworker else lock:
         from keras_transformer.training.trainer import train
 
-        train(config, continue_stopped=args.continue_stopped)
+        summary = train(config, continue_stopped=args.continue_stopped)
+        if not (args.no_tune or multiworker):
+            _tune(Run(config.output_dir), "model" in summary, config.verbose > 0)
+
+
+def _tune(run, trained, progress):
+    """The `tune` stage on the run's dev set, after training: said, and skipped where the run
+    has no dev set or a tuned choice that no training has changed since."""
+    from keras_transformer.runs.choices import TRIES
+    from keras_transformer.tasks import stages
+    from keras_transformer.tasks.tuning import VAL_SENTENCES
+    from pipelines import datasets
+
+    config = run.config
+    if not datasets.has_split(config.dataset, "dev", **config.data_arguments()):
+        print("tune: no dev set, so the run decodes with the defaults (keras-transformer tune "
+              f"--run-dir {run.directory} --src DEV.src --ref DEV.tgt chooses on given "
+              "sentences)", flush=True)
+        return
+    if not trained and TRIES in run.decoding():
+        print(f"tune: {run.decoding_path} holds a choice made since the last training "
+              f"(keras-transformer tune --run-dir {run.directory} makes it again)", flush=True)
+        return
+    each = " of each pair" if config.target_languages else ""
+    print(f"tune: choosing the weights, alpha and repetition controls on the run's dev set "
+          f"(the first {VAL_SENTENCES} sentences{each}; --no-tune skips this)", flush=True)
+    stages.tune(run, progress=progress)
 
 
 def _prepare(args, config_class):

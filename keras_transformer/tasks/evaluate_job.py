@@ -37,18 +37,19 @@ def evaluate_run(engine, decoder, split="test", src=None, ref=None, output=None)
     the engine's languages (every pair of a run of several without a target language);
     prints each pair's lines and JSON row, and the pairs' table. Returns the rows."""
     request, languages = decoder.request, engine.languages
-    if languages.several and request.target_language is None:
+    targets = [None]  # one pair
+    if languages.several and request.target_language is not None:
+        targets = [request.target_language]
+    elif languages.several:
         if src:
             languages.tags(0)  # a file of one language pair: which target is it?
         targets = list(languages.targets)  # every pair, one table
-    else:
-        targets = [request.target_language]
     rows = []
     for target in targets:
-        if languages.several:
+        if target is not None:
             engine.set_languages(dataclasses.replace(languages, default=target))
-        rows.append(_evaluate_pair(engine, decoder, target if languages.several else None,
-                                   split, src, ref, output, len(targets) > 1))
+        rows.append(_evaluate_pair(engine, decoder, target, split, src, ref, output,
+                                   len(targets) > 1))
     if len(rows) > 1:  # every pair of a run of several: one table
         print(pair_table(rows))
     return rows

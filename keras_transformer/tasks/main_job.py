@@ -1,6 +1,7 @@
-"""The main job, end to end on Multi30k, for one pair or several: vocabulary, training,
-checkpoint averaging, length penalty and repetition controls chosen on val, test2016 with
-beam 4, SavedModel and CTranslate2 int8 exports, example translations, a summary.
+"""The main job, end to end on Multi30k, for one pair or several: the stages of
+`tasks/stages.py` in a row (STAGES: prepare the data, train, tune on val, evaluate test2016
+with beam 4, export a SavedModel and a CTranslate2 int8 folder, show example translations),
+then a summary.
 
     keras-transformer demo                      # quick: 1,200 steps of a 2-layer model
     keras-transformer demo --full               # full: an ensemble of three 5,500-step models
@@ -14,9 +15,9 @@ decodes the three as an ensemble (ENSEMBLE_BY_TARGET). Each member's weights are
 alone, then the ensemble's alpha and repetition controls; docs/results.md has the sweeps.
 Both recipes are bounded by steps, not by the clock, so every machine trains the same recipe
 (a slower machine takes longer), in mixed_bfloat16 where the CPU has bf16 and in float32
-elsewhere (`precision: auto`). Every choice the job makes is made on val and saved in the run
-(`decoding.decoder.Decoder.save_choice`), so that translate, evaluate and export decode as the
-job did; test2016 is decoded once, at the end, and only reported.
+elsewhere (`precision: auto`). Every choice the job makes is made on val by the `tune` stage
+and saved in the run (decoding.json, with every try), so that translate, evaluate and export
+decode as the job did; test2016 is decoded once, at the end, and only reported.
 
 Several targets train one model for every pair with the quick recipe and as many times its
 optimizer steps as it has pairs (the compute of that many bilingual demos); checkpoints and dev
@@ -25,6 +26,7 @@ candidates span the same share of training. The weights and search are chosen on
 VAL_SENTENCES val sentences of every pair together (each tagged with its target), one choice
 for the model; test2016 is reported per pair, in one table, with the share of outputs in
 another language than asked (`evaluation.language_id`, py3langid over the run's languages).
+What differs between one pair and several is one table (SHAPES).
 
 The exports go through `export.export_run` with the run's saved choice, as `keras-transformer
 export` would: the SavedModel (its `target_language` input: every pair), through which the
@@ -38,6 +40,8 @@ import time
 
 from keras_transformer.decoding.request import DEFAULTS, EVALUATE, EXPORT
 from keras_transformer.defaults import EXPORT_DIR, MAX_LENGTH, TRAIN_TOKENS_PER_BATCH, VOCAB_SIZE
+from keras_transformer.tasks import stages
+from keras_transformer.tasks.stages import TRAIN_SUMMARY, export_ctranslate2  # noqa: F401
 from keras_transformer.tasks.tuning import (AVERAGE_CANDIDATES, ALPHAS, VAL_SENTENCES,  # noqa: F401
                                            choose_alpha, choose_search, choose_weights)
 
@@ -64,37 +68,217 @@ ENSEMBLE_BY_TARGET = {"de": (("l3-d0.3", {}), ("l3-d0.2", dict(dropout=0.2)),
 # What a finished member run must have been trained with for the job to use it as is.
 MEMBER_CHECKS = ("train_steps", "vocab_size", "tokens_per_batch", "warmup_steps", "dataset",
                  "src_lang", "tgt_lang")
-TRAIN_SUMMARY, SUMMARY = "train_summary.json", "summary.json"  # files the job adds to the run
+SUMMARY = "summary.json"  # the file the job adds to the run (and TRAIN_SUMMARY per model)
 EXAMPLES = ["A little girl climbs into a wooden playhouse.",
             "Two men are playing chess in the park.",
             "A dog is running through the snow."]
+BEAM = DEFAULTS["beam_size"]
+VAL, TEST = ("dev", "val"), ("test", "test2016")  # (split, the name its files and figures use)
+
+
+def _targets(tgt_lang):
+    return [tgt_lang] if isinstance(tgt_lang, str) else list(tgt_lang)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """One of the job's recipes: its settings, their changes for one target language, the
+    ensembles it trains for a target, what one pair evaluates (several pairs: test2016), and
+    whether it has a recipe for several targets (its own, scaled by their number)."""
+    mode: str
+    settings: dict
+    by_target: dict
+    ensembles: dict
+    splits: tuple
+    scales: bool
+
+    def members(self, targets):
+        """[(name, settings)] of the models it trains into `targets` (see `members`)."""
+        if len(targets) > 1:
+            if not self.scales:
+                from keras_transformer.errors import ConfigError
+
+                raise ConfigError(f"--{self.mode} has no multilingual recipe yet: leave it "
+                                  "out (the quick recipe, times the number of pairs).")
+            scale = len(targets)
+            return [(None, dict(self.settings, tgt_lang=list(targets),
+                                train_steps=self.settings["train_steps"] * scale,
+                                checkpoint_steps=self.settings["checkpoint_steps"] * scale,
+                                eval_steps=self.settings["eval_steps"] * scale))]
+        settings = dict(self.settings, **self.by_target.get(targets[0], {}))
+        ensemble = self.ensembles.get(targets[0], ())
+        return [(name, dict(settings, **changes)) for name, changes in ensemble] or [
+            (None, settings)]
+
+
+# The recipes, by `full`.
+RECIPES = (Recipe("quick", QUICK, {}, {}, (TEST,), scales=True),
+           Recipe("full", FULL, FULL_BY_TARGET, ENSEMBLE_BY_TARGET, (VAL, TEST), scales=False))
 
 
 def recipe(full=False, tgt_lang="de"):
     """The settings the job trains with: QUICK, or FULL with its changes for `tgt_lang`; for
     several targets (a list), the quick recipe with its steps, checkpoints and evaluations
-    scaled by their number."""
-    if isinstance(tgt_lang, str) or len(tgt_lang) == 1:
-        target = tgt_lang if isinstance(tgt_lang, str) else tgt_lang[0]
-        return dict(FULL, **FULL_BY_TARGET.get(target, {})) if full else dict(QUICK)
-    if full:
-        from keras_transformer.errors import ConfigError
-
-        raise ConfigError("--full has no multilingual recipe yet: leave it out (the quick "
-                          "recipe, times the number of pairs).")
-    scale = len(tgt_lang)
-    return dict(QUICK, tgt_lang=list(tgt_lang), train_steps=QUICK["train_steps"] * scale,
-                checkpoint_steps=QUICK["checkpoint_steps"] * scale,
-                eval_steps=QUICK["eval_steps"] * scale)
+    scaled by their number. (An ensemble's first member trains with these very settings.)"""
+    return members(full, tgt_lang)[0][1]
 
 
 def members(full=False, tgt_lang="de"):
     """[(name, settings)] of the models the job trains: [(None, recipe)] for one model (trained
     in the run directory itself), or the full recipe's ensemble members for `tgt_lang`."""
-    settings = recipe(full, tgt_lang)
-    if not full or tgt_lang not in ENSEMBLE_BY_TARGET:
-        return [(None, settings)]
-    return [(name, dict(settings, **changes)) for name, changes in ENSEMBLE_BY_TARGET[tgt_lang]]
+    return RECIPES[full].members(_targets(tgt_lang))
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """What the job says and reports differently for one pair and for several pairs (one
+    model for every pair); `{...}` fields are filled by `plan`."""
+    job: str          # the job's name in the summary
+    pairs: str        # after the optimizer steps of the training line
+    val: str          # what the val sentences are, in decoding.json's chosen_by
+    tagged: str       # the same, in the tuning's headline
+    per_pair: str     # in test2016's headline
+    examples: str     # in the examples' headline
+    report: object    # prints test2016 (and val) in the summary: a function of the summary
+
+
+def _report_splits(summary):
+    for key in ("val", "test2016"):
+        if key in summary:
+            result = summary[key]
+            print(f"  {key}: sacreBLEU {result['sacrebleu']:.2f} (chrF {result['chrf']:.2f}), "
+                  f"beam {BEAM}; {result['sacrebleu_signature']}")
+            print(f"  {key}: BLEU {result['literature_bleu']:.2f} in the Multi30k literature "
+                  f"convention (lowercased, Moses-tokenized, {result['literature_references']}"
+                  " references)")
+
+
+def _report_pairs(summary):
+    print(f"  test2016, beam {BEAM}:\n" + pair_table(summary["test2016"]))
+
+
+SHAPES = {
+    False: Shape(job="Multi30k {src}->{targets}, {mode} recipe", pairs="", val="", tagged="",
+                 per_pair="", examples="", report=_report_splits),
+    True: Shape(job="Multi30k {src}->{targets}, one model, quick recipe x {count}",
+                pairs=", {count} pairs", val=" of every pair",
+                tagged=" (every pair's first sentences, tagged)", per_pair=", per pair",
+                examples=", every language", report=_report_pairs),
+}
+
+
+@dataclasses.dataclass
+class Job:
+    """The main job as `plan` decides it, and what its stages make (the tuned model, the
+    engine that evaluates it, the texts, the summary)."""
+    name: str
+    mode: str
+    src_lang: str
+    run_dir: pathlib.Path
+    export_dir: str
+    targets: list         # the target languages
+    tags: tuple           # each pair's target as the stages take it: (None,) for one pair
+    members: list         # [(name or None, settings, Run)]: the models trained
+    top: object           # the run decoded: the one model's `Run`, or the `EnsembleRun`
+    splits: tuple         # (split, key) evaluated per pair
+    shape: Shape
+    summary: dict
+    texts: dict = None    # {target: {split: (sources, references)}}, read by `_tune`
+    model: object = None  # the tuned model, in memory
+    engine: object = None  # the engine test2016 was decoded with
+
+
+def plan(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EXPORT_DIR,
+         train_steps=None, settings=None):
+    """The `Job` of `run`'s arguments: its name, run directory, models and what it reports."""
+    from keras_transformer.runs import EnsembleRun, Run
+
+    targets, kind = _targets(tgt_lang), RECIPES[full]
+    several = len(targets) > 1
+    tgt, tags, splits = (targets, tuple(targets), (TEST,)) if several else (
+        targets[0], (None,), kind.splits)
+    shape, mode = SHAPES[several], kind.mode
+    said = dict(src=src_lang, targets=", ".join(targets), mode=mode, count=len(targets))
+    shape = dataclasses.replace(shape, job=shape.job.format(**said),
+                                pairs=shape.pairs.format(**said))
+    extra = dict(settings or {}, **({} if train_steps is None else {"train_steps": train_steps}))
+    name = f"multi30k-{src_lang}-{'+'.join(targets)}-{mode}"
+    run_dir = pathlib.Path(output_dir or pathlib.Path("runs") / name)
+    specs = [(member, dict(values, tgt_lang=tgt, **extra))
+             for member, values in kind.members(targets)]
+    runs = [Run(EnsembleRun.member_directory(run_dir, member) if member else run_dir)
+            for member, _ in specs]
+    top = EnsembleRun(run_dir, runs) if len(runs) > 1 else runs[0]
+    job = shape.job + (f" (an ensemble of {len(runs)} models)" if len(runs) > 1 else "")
+    return Job(name, mode, src_lang, run_dir, export_dir, targets, tags,
+               [(member, values, run) for (member, values), run in zip(specs, runs)], top,
+               splits, shape, {"job": job, "run_dir": str(run_dir)})
+
+
+def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EXPORT_DIR,
+        train_steps=None, settings=None):
+    """Runs the main job into `tgt_lang` (a language, or a list of several: one model for
+    every pair); returns the summary dict (also written to RUN_DIR/summary.json).
+
+    `settings`: more training settings for every model it trains, e.g. `prepared_data` and
+    `source_dir` where the corpus is carried prepared (benchmarks/gpu_check.py), a tiny
+    `preset` in tests."""
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    job = plan(full, src_lang, tgt_lang, output_dir, export_dir, train_steps, settings)
+    started = time.monotonic()
+    for number, (_, stage) in enumerate(STAGES, 1):
+        stage(job, f"{number}/{len(STAGES)}")
+    job.summary["job_minutes"] = round((time.monotonic() - started) / 60, 1)
+    job.top.write_json(SUMMARY, job.summary)
+    _report(job)
+    return job.summary
+
+
+def _config(job, settings, member_run):
+    from keras_transformer.runs import make_config
+
+    return make_config(None, origin="recipe", src_lang=job.src_lang,
+                       output_dir=str(member_run.directory), **settings)
+
+
+def _prepare(job, step):
+    """Stage 1: the training data of the models still to train, tokenized once (the members
+    of an ensemble share them)."""
+    untrained = [(settings, run) for _, settings, run in job.members if not run.has_model()]
+    print(f"== {step} preparing the training data", flush=True)
+    if not untrained:
+        print("every model is trained: nothing to prepare.", flush=True)
+        return
+    data = stages.prepare(_config(job, *untrained[0]).resolved())
+    if data is not None:
+        from pipelines import prepared
+
+        print(prepared.describe(data), flush=True)
+
+
+def _train(job, step):
+    """Stage 2: each model trained (a trained one is kept, checked against the recipe when it
+    is an ensemble's member)."""
+    trainings = {}
+    for number, (member, settings, member_run) in enumerate(job.members, 1):
+        which = f" member {number}/{len(job.members)} ({member})" if member else ""
+        directory, config = member_run.directory, _config(job, settings, member_run)
+        print(f"== {step} training{which} ({job.mode}: {settings['train_steps']} optimizer "
+              f"steps{job.shape.pairs}) -> {directory}", flush=True)
+        if member_run.has_model():
+            print(f"{directory} holds a trained model: training is done (delete {directory} "
+                  "to train again).", flush=True)
+            if member:
+                _check_member(member_run, config)
+            trainings[member] = member_run.read_json(TRAIN_SUMMARY, default={})
+        else:
+            trainings[member] = stages.train(config)
+    job.summary["training"] = _one_or_each(trainings)
+
+
+def _one_or_each(per_member):
+    """The value of the one model ({None: value}), else {member: value} as it is."""
+    return per_member[None] if None in per_member else per_member
 
 
 def _check_member(run, config):
@@ -113,158 +297,109 @@ def _check_member(run, config):
                        f"the recipe's.")
 
 
-def run(full=False, src_lang="en", tgt_lang="de", output_dir=None, export_dir=EXPORT_DIR,
-        train_steps=None, settings=None):
-    """Runs the main job into `tgt_lang` (a language, or a list of several: one model for
-    every pair); returns the summary dict (also written to RUN_DIR/summary.json).
-
-    `settings`: more training settings for every model it trains, e.g. `prepared_data` and
-    `source_dir` where the corpus is carried prepared (benchmarks/gpu_check.py), a tiny
-    `preset` in tests."""
-    import keras
-
-    from keras_transformer.decoding.decoder import Decoder
-    from keras_transformer.models import Ensemble
-    from keras_transformer.runs import EnsembleRun, Run, make_config
-    from keras_transformer.training.trainer import train
+def _tune(job, step):
+    """Stage 3: the `tune` stage on the first VAL_SENTENCES val sentences (of every pair,
+    tagged with its target)."""
     from pipelines.multilingual import tagged
 
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)
-    targets = [tgt_lang] if isinstance(tgt_lang, str) else list(tgt_lang)
-    several = len(targets) > 1
-    tgt_lang = targets if several else targets[0]
-    mode = "full" if full else "quick"
-    specs = members(full, tgt_lang)
-    extra = dict(settings or {}, **({} if train_steps is None else {"train_steps": train_steps}))
-    specs = [(name, dict(member, tgt_lang=tgt_lang, **extra)) for name, member in specs]
-    name = f"multi30k-{src_lang}-{'+'.join(targets)}-{mode}"
-    run_dir = pathlib.Path(output_dir or pathlib.Path("runs") / name)
-    started = time.monotonic()
-    job = (f"Multi30k {src_lang}->{', '.join(targets)}, one model, quick recipe x "
-           f"{len(targets)}" if several else f"Multi30k {src_lang}->{tgt_lang}, {mode} recipe")
-    summary = {"job": job, "run_dir": str(run_dir)}
-    ensemble = len(specs) > 1
-    if ensemble:
-        summary["job"] += f" (an ensemble of {len(specs)} models)"
-
-    beam = DEFAULTS["beam_size"]
-    # Per member (key None: the one model of a single-model job).
-    member_runs, trainings, weights, val_scores = [], {}, {}, {}
-    for number, (member, settings) in enumerate(specs, 1):
-        directory = EnsembleRun.member_directory(run_dir, member) if member else run_dir
-        which = f" member {number}/{len(specs)} ({member})" if member else ""
-        pairs = f", {len(targets)} pairs" if several else ""
-        config = make_config(None, origin="recipe", src_lang=src_lang,
-                             output_dir=str(directory), **settings)
-        member_run = Run(directory)
-        print(f"== 1/5 training{which} ({mode}: {settings['train_steps']} optimizer steps"
-              f"{pairs}) -> {directory}", flush=True)
-        if member_run.has_model():
-            print(f"{directory} holds a trained model: training is done (delete {directory} to "
-                  "train again).", flush=True)
-            if ensemble:
-                _check_member(member_run, config)
-            training = member_run.read_json(TRAIN_SUMMARY, default={})
-        else:
-            training = train(config)
-            member_run.write_json(TRAIN_SUMMARY, training)
-        trainings[member] = training
-        member_runs.append(member_run)
-    summary["training"] = trainings if ensemble else trainings[None]
-    config = member_runs[0].config
-    top = EnsembleRun(run_dir, member_runs) if ensemble else member_runs[0]
-    tokenizer = top.vocabulary()  # an ensemble's: checked to be shared by its members
-
-    tagged_val = " (every pair's first sentences, tagged)" if several else ""
-    print(f"== 2/5 choosing on val{tagged_val}: the weights (final, or an average of "
-          f"checkpoints){' of each member' if ensemble else ''}, then the length penalty and "
-          "the repetition controls", flush=True)
-    texts = pair_texts(config)  # each split read once
-    dev_sources = [tagged(source, target) if several else source for target in targets
-                   for source in texts[target]["dev"][0][:VAL_SENTENCES]]
-    dev_references = [reference for target in targets
-                      for reference in texts[target]["dev"][1][:VAL_SENTENCES]]
-    models = []
-    for (member, _), member_run in zip(specs, member_runs):
-        if member:
-            print(f"  member {member}:", flush=True)
-        model, weights[member], val_scores[member] = choose_weights(
-            member_run, dev_sources, dev_references)
-        averaged = member_run.save_model(model, averaged=True)
-        print(f"chosen{f' for {member}' if member else ''}: {weights[member]} -> {averaged}",
-              flush=True)
-        models.append(model)
-    if ensemble:
-        model = Ensemble(models)
-        chosen = "; ".join(f"{member}: {label}" for member, label in weights.items())
-        summary["weights"], summary["val_greedy_sacrebleu"] = weights, val_scores
-    else:
-        chosen = summary["weights"] = weights[None]
-        summary["val_greedy_sacrebleu"] = val_scores[None]
-    search, figures = choose_search(model, tokenizer, config.max_length, dev_sources,
-                                    dev_references, beam)  # alpha, then the repetition controls
-    summary.update(figures)
-    alpha, repetition = search["alpha"], figures["repetition"]
-    # The run remembers the choices: translate, evaluate and export decode as the job does.
-    chosen_by = (f"keras-transformer demo on val (first {VAL_SENTENCES} sentences"
-                 f"{' of every pair' if several else ''})")
-    Decoder.save_choice(top, beam_size=beam, chosen_by=chosen_by, **search,
-                        **({"weights": chosen} if ensemble else
-                           {"weights": chosen, "model": top.averaged_path.name}))
-    print(f"chosen: alpha {alpha}, repetition {repetition} -> {top.decoding_path}", flush=True)
-
-    print(f"== 3/5 test2016 with beam {beam}, alpha {alpha}{', per pair' if several else ''}",
+    each = " of each member" if len(job.members) > 1 else ""
+    print(f"== {step} choosing on val{job.shape.tagged}: the weights (final, or an average of "
+          f"checkpoints){each}, then the length penalty and the repetition controls",
           flush=True)
-    # The run's choice, just saved, decodes the model in memory.
-    engine = Decoder.resolve(top, command=EVALUATE).engine(model, tokenizer, config.max_length)
-    if several:
-        summary["test2016"] = {target: evaluate_pair(engine, top, config, target, texts[target],
-                                                     beam, several=True)
-                               for target in targets}
-    else:  # the quick job decodes test2016 only (val was used, greedy, to choose the weights)
-        for split, key in (("dev", "val"), ("test", "test2016")) if full else (
-                ("test", "test2016"),):
-            summary[key] = evaluate_pair(engine, top, config, tgt_lang, texts[tgt_lang], beam,
-                                         split, key)
+    job.texts = pair_texts(job.top.config)  # each split read once
+    dev = [job.texts[target]["dev"] for target in job.targets]
+    chosen_by = (f"keras-transformer demo on val (first {VAL_SENTENCES} sentences"
+                 f"{job.shape.val})")
+    sentences = stages.DevSet(
+        [tagged(source, tag) if tag else source
+         for tag, (sources, _) in zip(job.tags, dev) for source in sources[:VAL_SENTENCES]],
+        [reference for _, references in dev for reference in references[:VAL_SENTENCES]],
+        chosen_by)
+    tuning = stages.tune(job.top, sentences, beam_size=BEAM, chosen_by=chosen_by, name="val")
+    job.model = tuning.model
+    job.summary.update(weights=_one_or_each(tuning.weights),
+                       val_greedy_sacrebleu=_one_or_each(tuning.weight_scores), **tuning.figures)
 
-    summary["examples"] = {}
-    ctranslate2 = None
-    if keras.backend.backend() == "tensorflow":
-        ctranslate2 = _export_and_show(summary, top, export_dir, name, targets, several)
+
+def _evaluate(job, step):
+    """Stage 4: test2016 (and val, for the full recipe of one pair) decoded with the tuned
+    model in memory and the run's choice, per pair."""
+    from keras_transformer.decoding.decoder import Decoder
+
+    print(f"== {step} test2016 with beam {BEAM}, alpha {job.summary['alpha']}"
+          f"{job.shape.per_pair}", flush=True)
+    top = job.top
+    job.engine = Decoder.resolve(top, command=EVALUATE).engine(
+        job.model, top.vocabulary(), top.config.max_length)
+    results = {tag: {key: stages.evaluate(top, job.texts[target], job.engine, split, key, tag)
+                     for split, key in job.splits}
+               for tag, target in zip(job.tags, job.targets)}
+    if None in results:  # one pair: {key: scores}
+        job.summary.update(results[None])
     else:
-        print(f"== 4/5 exports: skipped (Keras runs on {keras.backend.backend()}; a "
-              f"SavedModel is TensorFlow's): export the run later with KERAS_BACKEND=tensorflow "
-              f"keras-transformer export --run-dir {run_dir}", flush=True)
-        print("== 5/5 example translations (in process)", flush=True)
-        for target in targets:
-            _show_examples(summary, target if several else None, engine.translate(
-                EXAMPLES, target_language=target if several else None))
+        job.summary.update({key: {tag: scores[key] for tag, scores in results.items()}
+                            for _, key in job.splits})
 
-    summary["job_minutes"] = round((time.monotonic() - started) / 60, 1)
-    top.write_json(SUMMARY, summary)
+
+def _export(job, step):
+    """Stage 5: the SavedModel and CTranslate2 exports of the run's choice (TensorFlow)."""
+    import keras
+
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        print(f"== {step} exports: skipped (Keras runs on {backend}; a SavedModel is "
+              f"TensorFlow's): export the run later with KERAS_BACKEND=tensorflow "
+              f"keras-transformer export --run-dir {job.run_dir}", flush=True)
+        return
+    print(f"== {step} exports -> {job.export_dir}/{job.name}/", flush=True)
+    path, folder = stages.export(job.top, job.export_dir, job.name, job.tags[0])
+    job.summary["saved_model"] = str(path)
+    job.summary["ctranslate2"] = folder and str(folder)
+
+
+def _show(job, step):
+    """Stage 6: the examples translated into every target, through the exported SavedModel
+    (else in process)."""
+    from keras_transformer.decoding.decoder import Decoder
+
+    job.summary["examples"] = {}
+    saved_model = job.summary.get("saved_model")
+    where = "through the exported SavedModel" if saved_model else "(in process)"
+    print(f"== {step} example translations {where}{job.shape.examples}", flush=True)
+    request = Decoder.resolve(job.top, command=EXPORT).request
+    for tag in job.tags:
+        outputs = (stages.show(saved_model, request, EXAMPLES, tag) if saved_model
+                   else job.engine.translate(EXAMPLES, target_language=tag))
+        _show_examples(job.summary, tag, outputs)
+
+
+# The job, stage by stage: each a function of the job and its "n/N" (each prints its headline).
+STAGES = (("prepare", _prepare), ("train", _train), ("tune", _tune), ("evaluate", _evaluate),
+          ("export", _export), ("show", _show))
+
+
+def _report(job):
+    """The summary on screen."""
+    summary, config = job.summary, job.top.config
     print("\n== summary", flush=True)
-    print(f"  {summary['job']}; preset {config.preset} ({model.count_params():,} parameters)")
-    for member, training in trainings.items():
+    print(f"  {summary['job']}; preset {config.preset} ({job.model.count_params():,} "
+          "parameters)")
+    for member, _, _ in job.members:
+        training = summary["training"] if member is None else summary["training"][member]
         if training:
             line = _training_line(training)
             print(f"  {member}: {line.strip()}" if member else line)
-    print(f"  weights: {chosen}; alpha {alpha}; repetition controls {repetition} (chosen on val)")
-    if several:
-        print(f"  test2016, beam {beam}:\n" + pair_table(summary["test2016"]))
-    for key in () if several else ("val", "test2016"):
-        if key in summary:
-            result = summary[key]
-            print(f"  {key}: sacreBLEU {result['sacrebleu']:.2f} (chrF {result['chrf']:.2f}), "
-                  f"beam {beam}; {result['sacrebleu_signature']}")
-            print(f"  {key}: BLEU {result['literature_bleu']:.2f} in the Multi30k literature "
-                  f"convention (lowercased, Moses-tokenized, {result['literature_references']}"
-                  " references)")
-    print(f"  SavedModel: {summary.get('saved_model', 'not exported (see step 4/5)')}")
-    if ctranslate2:
-        print(f"  CTranslate2 int8: {ctranslate2}")
-    print(f"  whole job: {summary['job_minutes']} min; details in {top.file(SUMMARY)}",
+    weights = summary["weights"]
+    chosen = weights if isinstance(weights, str) else "; ".join(
+        f"{member}: {label}" for member, label in weights.items())
+    print(f"  weights: {chosen}; alpha {summary['alpha']}; repetition controls "
+          f"{summary['repetition']} (chosen on val)")
+    job.shape.report(summary)
+    print(f"  SavedModel: {summary.get('saved_model', 'not exported (see the exports)')}")
+    if summary.get("ctranslate2"):
+        print(f"  CTranslate2 int8: {summary['ctranslate2']}")
+    print(f"  whole job: {summary['job_minutes']} min; details in {job.top.file(SUMMARY)}",
           flush=True)
-    return summary
 
 
 def _training_line(training):
@@ -288,37 +423,6 @@ def pair_texts(config):
         for split in ("dev", "test")} for pair in config.data.pairs()}
 
 
-def evaluate_pair(engine, run, config, target, texts, beam, split="test", key="test2016",
-                  several=False):
-    """One split of one pair decoded and scored (the hypotheses written to
-    RUN_DIR/hyp.KEY.beamK[.LANG].txt); of a run of `several` targets, also the share of
-    hypotheses in another language than `target`."""
-    from keras_transformer.evaluation.evaluate import evaluate_split
-    from keras_transformer.evaluation.language_id import wrong_language_share
-    from pipelines import datasets
-
-    sources, references = texts[split]
-    if several:
-        engine.set_languages(dataclasses.replace(engine.languages, default=target))
-    output = run.hypotheses_path(key, beam, target if several else None)
-    official = datasets.official_tokenized_references(config.dataset, split, target,
-                                                      config.source_dir)
-    result = evaluate_split(engine, sources, references, lang=target,
-                            official_references=official, output=output,
-                            desc=f"{key} {target}" if several else f"{key} beam {beam}")
-    scores = {k: result[k] for k in ("sacrebleu", "chrf", "tokenized_bleu", "literature_bleu",
-                                     "literature_references", "sacrebleu_signature")}
-    if not several:
-        print(f"{key}: " + "\n  ".join(result["lines"]), flush=True)
-        return scores
-    hypotheses = output.read_text(encoding="utf-8").splitlines()
-    languages = {config.pair(target).src_lang, *config.target_languages}
-    share, found = wrong_language_share(hypotheses, target, languages)
-    print(f"{config.pair(target).name}: " + "\n  ".join(result["lines"])
-          + f"\n  wrong language: {100 * share:.2f}% ({found})", flush=True)
-    return {**scores, "wrong_language": round(share, 4), "languages_found": found}
-
-
 def pair_table(results):
     """One line per pair: sacreBLEU, chrF, literature BLEU, wrong-language share."""
     lines = [f"  {'pair':<8} {'sacreBLEU':>9} {'chrF':>6} {'lit. BLEU':>9} {'wrong lang.':>11}"]
@@ -338,63 +442,3 @@ def _show_examples(summary, target, outputs):
         summary["examples"][target] = list(outputs)
     for source, output in zip(EXAMPLES, outputs):
         print(f"  {f'[{target}] ' if target else ''}{source}\n    -> {output}", flush=True)
-
-
-def _export_and_show(summary, run, export_dir, name, targets, several):
-    """Steps 4 and 5 on TensorFlow: the exports of the run's saved choice (`export_run`), and
-    the examples through the SavedModel, into every target; the CTranslate2 folder or None."""
-    import tensorflow as tf
-    from absl import logging as absl_logging
-
-    from keras_transformer.decoding.decoder import Decoder
-    from keras_transformer.export import export_run
-
-    absl_logging.set_verbosity(absl_logging.WARNING)
-    decoder = Decoder.resolve(run, command=EXPORT)
-    print(f"== 4/5 SavedModel export -> {export_dir}/{name}/", flush=True)
-    path = export_run(decoder, output_dir=export_dir, name=name)
-    summary["saved_model"] = str(path)
-    print(f"exported to {path}", flush=True)
-    folder = export_ctranslate2(decoder, export_dir, name, targets[0] if several else None)
-
-    print("== 5/5 example translations through the exported SavedModel"
-          f"{', every language' if several else ''}", flush=True)
-    serve = tf.saved_model.load(str(path)).signatures["serving_default"]
-    request = decoder.request
-    for target in targets if several else [None]:
-        inputs = dict(sentences=tf.constant(EXAMPLES), beam_size=tf.constant(request.beam_size),
-                      alpha=tf.constant(request.alpha, tf.float32),
-                      prefixes=tf.constant([], tf.string), constraints=tf.constant([], tf.string),
-                      no_repeat_ngram_size=tf.constant(request.no_repeat_ngram_size),
-                      repetition_penalty=tf.constant(request.repetition_penalty, tf.float32))
-        if target:
-            inputs["target_language"] = tf.constant([target])
-        outputs = serve(**inputs)["translations"].numpy()
-        _show_examples(summary, target, [output.decode("utf-8") for output in outputs])
-    return folder
-
-
-def export_ctranslate2(decoder, export_dir, name, target_language=None):
-    """The run's CTranslate2 int8 export (`export_run`, replacing an earlier one) into its
-    default int8 folder, and the command that translates with it; without the ctranslate2
-    package, how to add it. Returns the folder, or None (no package; an ensemble)."""
-    from keras_transformer.errors import InputError
-    from keras_transformer.export import ct2, export_run
-    from keras_transformer.runs import EnsembleRun
-
-    if isinstance(decoder.run, EnsembleRun):  # (it exports as one SavedModel only)
-        print("CTranslate2 export: none for an ensemble.", flush=True)
-        return None
-    try:
-        ct2.require_ctranslate2()
-    except InputError as error:
-        print(f"CTranslate2 export: skipped. {error}", flush=True)
-        return None
-    print(f"CTranslate2 int8 export -> {export_dir}/{name}/", flush=True)
-    folder = export_run(decoder, format="ctranslate2", quantize="int8", output_dir=export_dir,
-                        name=name, overwrite=True)
-    language = f" --tgt-lang {target_language}" if target_language else ""
-    print(f"exported to {folder}; translate with it:\n  keras-transformer translate --run-dir "
-          f"{decoder.run.directory} --engine ctranslate2 --ctranslate2-model {folder}"
-          f"{language} < input.txt", flush=True)
-    return folder

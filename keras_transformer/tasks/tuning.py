@@ -1,31 +1,56 @@
-"""Choices made on validation data: which weights to decode with (the final ones, an average
-of checkpoints, or best.keras, the best dev evaluation's), the length penalty, and the
-repetition controls (`decoding.search.repetition`: on only where val says they help). The main
-job makes them and saves them in the run (`decoding.decoder.Decoder.save_choice`), where
-translate, evaluate and export find them.
+"""Choices made on dev sentences: which weights to decode with (the final ones, an average of
+checkpoints, or best.keras, the best dev evaluation's), the length penalty, and the
+repetition controls (`decoding.search.repetition`: on only where the dev set says they help).
+The `tune` stage (tasks/stages.py) makes them and saves them in the run
+(`decoding.decoder.Decoder.save_choice`), where translate, evaluate and export find them.
 
-Only val is used: a test set is decoded once, at the end, and only reported.
+Only dev sentences are used: a test set is decoded once, at the end, and only reported.
+
+Every search takes `progress`, a bar to advance (`Progress`: one bar over every try, in
+hypotheses searched, so that its rate and ETA hold across greedy and beam searches).
 """
 
 from keras_transformer.decoding.request import DEFAULTS
 
-# Weights tried on val: (k, j) = the average of the last k checkpoints taken j apart (every
-# j-th one counting back from the newest); (1, 1) is the final weights.
+# Weights tried: (k, j) = the average of the last k checkpoints taken j apart (every j-th one
+# counting back from the newest); (1, 1) is the final weights.
 AVERAGE_CANDIDATES = ((1, 1), (5, 1), (10, 1), (5, 2), (10, 2), (20, 1), (20, 2))
-# GNMT length penalties tried on val with the beam (the paper's is 0.6). The grid reaches a
-# value past the best one seen on Multi30k (docs/results.md), so the choice is never its edge.
+# GNMT length penalties tried with the beam (the paper's is 0.6). The grid reaches a value
+# past the best one seen on Multi30k (docs/results.md), so the choice is never its edge.
 ALPHAS = (0.6, 1.0, 1.4, 1.8)
-VAL_SENTENCES = 500  # val sentences decoded to make those choices
-# The repetition controls tried on val with the chosen alpha, as (no_repeat_ngram_size,
+VAL_SENTENCES = 500  # dev sentences decoded to make those choices (per pair)
+# The repetition controls tried with the chosen alpha, as (no_repeat_ngram_size,
 # repetition_penalty): off, and each control alone at common values (CTRL's penalty is 1.2).
 # On the demo run no combination of the two came within NEAR_TIE of the best (the grid in
 # docs/decoding.md). Off is the alpha search's own output: these cost four more decodes.
 REPETITION_OFF = (0, 1.0)
 REPETITION_CANDIDATES = (REPETITION_OFF, (3, 1.0), (4, 1.0), (0, 1.1), (0, 1.2))
-# A control is kept for BLEU only beyond this much: within it of the best val sacreBLEU, the
+# A control is kept for BLEU only beyond this much: within it of the best dev sacreBLEU, the
 # setting with fewer stuttering outputs wins, then off (a control changes every sentence a
 # little, so a gain of noise is not worth it).
 NEAR_TIE = 0.1
+
+
+def _print(line):
+    print(line, flush=True)
+
+
+class Progress:
+    """A bar's view for one kind of search: each sentence searched advances the bar by
+    `weight` (the hypotheses the search keeps per sentence: 1 greedy, the beam size)."""
+
+    def __init__(self, bar, weight=1):
+        self.bar, self.weight = bar, weight
+
+    def update(self, sentences):
+        if self.bar is not None:
+            self.bar.update(sentences * self.weight)
+
+
+def beam_searches():
+    """The beam searches of the dev sentences `choose_search` makes: every alpha, then every
+    repetition setting but off (the chosen alpha's own output)."""
+    return len(ALPHAS) + len(REPETITION_CANDIDATES) - 1
 
 
 def weights_label(k, every):
@@ -39,14 +64,10 @@ def best_label(record):
             f"{record['step']})")
 
 
-def choose_weights(run, sources, references):
-    """Final weights, an average of checkpoints (AVERAGE_CANDIDATES) or the run's best.keras
-    (when it holds other weights than the final ones), whichever has the best greedy sacreBLEU
-    on the given val sentences. Returns (model, label, {label: BLEU})."""
-    from keras_transformer.decoding.decoder import greedy_translator
-    from keras_transformer.evaluation.bleu import score
-
-    config, tokenizer = run.config, run.vocabulary()
+def weight_candidates(run):
+    """[(label, k, every)] of the weights `choose_weights` tries on `run`: the final weights,
+    the averages of AVERAGE_CANDIDATES its checkpoints allow, and best.keras where it holds
+    other weights than the final ones ((label, None, None))."""
     checkpoints = run.checkpoints()
     available = len(checkpoints)
     candidates = [(weights_label(k, every), k, every) for k, every in AVERAGE_CANDIDATES
@@ -55,8 +76,20 @@ def choose_weights(run, sources, references):
     final_step = run.checkpoint_step(checkpoints[-1]) if checkpoints else None
     if record is not None and record["step"] != final_step:  # else: the final weights
         candidates.append((best_label(record), None, None))
+    return candidates
+
+
+def choose_weights(run, sources, references, progress=None, name="val", say=_print):
+    """Final weights, an average of checkpoints (AVERAGE_CANDIDATES) or the run's best.keras
+    (when it holds other weights than the final ones), whichever has the best greedy sacreBLEU
+    on the given dev sentences (`name`: what the lines call them). Returns (model, label,
+    {label: BLEU})."""
+    from keras_transformer.decoding.decoder import greedy_translator
+    from keras_transformer.evaluation.bleu import score
+
+    config, tokenizer = run.config, run.vocabulary()
     results, best = {}, None
-    for label, k, every in candidates:
+    for label, k, every in weight_candidates(run):
         if k is None:
             model = run.load_model(path=run.best_path)
         elif k == 1:
@@ -64,10 +97,10 @@ def choose_weights(run, sources, references):
         else:
             model, _ = run.average(k, every=every)
         translator = greedy_translator(model, tokenizer, config.max_length)
-        bleu = score(translator.translate(sources), references)["sacrebleu"]
+        translations = translator.translate(sources, progress=Progress(progress))
+        bleu = score(translations, references)["sacrebleu"]
         results[label] = bleu
-        print(f"  val (first {len(sources)} sentences, greedy): {label}: sacreBLEU {bleu:.2f}",
-              flush=True)
+        say(f"  {name} (first {len(sources)} sentences, greedy): {label}: sacreBLEU {bleu:.2f}")
         if best is None or bleu > best[2]:
             best = (model, label, bleu)
     return best[0], best[1], results
@@ -87,8 +120,9 @@ def _beam_searcher(model, tokenizer, max_length):
 
 
 def choose_alpha(model, tokenizer, max_length, sources, references,
-                 beam=DEFAULTS["beam_size"], outputs=None):
-    """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given val
+                 beam=DEFAULTS["beam_size"], outputs=None, progress=None, name="val",
+                 say=_print):
+    """The GNMT length penalty (ALPHAS) with the best beam sacreBLEU on the given dev
     sentences. Returns (alpha, {alpha: (BLEU, brevity penalty)}); `outputs`, a dict, gets
     {alpha: translations} (`choose_repetition` reuses the chosen alpha's)."""
     import sacrebleu
@@ -96,13 +130,14 @@ def choose_alpha(model, tokenizer, max_length, sources, references,
     searcher = _beam_searcher(model, tokenizer, max_length)
     results, best = {}, None
     for alpha in ALPHAS:
-        translations = searcher(beam_size=beam, alpha=alpha).translate(sources)
+        translations = searcher(beam_size=beam, alpha=alpha).translate(
+            sources, progress=Progress(progress, beam))
         if outputs is not None:
             outputs[alpha] = translations
         bleu = sacrebleu.corpus_bleu(translations, [references])
         results[alpha] = (round(bleu.score, 2), round(bleu.bp, 3))
-        print(f"  val (first {len(sources)} sentences, beam {beam}): alpha {alpha}: sacreBLEU "
-              f"{bleu.score:.2f} (brevity penalty {bleu.bp:.3f})", flush=True)
+        say(f"  {name} (first {len(sources)} sentences, beam {beam}): alpha {alpha}: "
+            f"sacreBLEU {bleu.score:.2f} (brevity penalty {bleu.bp:.3f})")
         if best is None or bleu.score > best[1]:
             best = (alpha, bleu.score)
     return best[0], results
@@ -117,7 +152,7 @@ def repetition_label(setting):
 
 
 def pick_repetition(results, near=NEAR_TIE):
-    """The setting to keep of `results` ({(no_repeat_ngram_size, repetition_penalty): (val
+    """The setting to keep of `results` ({(no_repeat_ngram_size, repetition_penalty): (dev
     sacreBLEU, stuttering outputs)}): among those within `near` of the best sacreBLEU, the
     fewest stutters, then off, then the higher sacreBLEU, then the first tried."""
     best = max(bleu for bleu, _ in results.values())
@@ -128,13 +163,14 @@ def pick_repetition(results, near=NEAR_TIE):
 
 
 def choose_repetition(model, tokenizer, max_length, sources, references, beam, alpha,
-                      candidates=None, off_outputs=None):
+                      candidates=None, off_outputs=None, progress=None, name="val",
+                      say=_print):
     """The repetition controls (`candidates`, each (no_repeat_ngram_size,
     repetition_penalty); default REPETITION_CANDIDATES) kept by `pick_repetition` after a beam
-    search of the given val sentences with `alpha`, each scored by sacreBLEU and by its
-    outputs that stutter (`evaluation.stutter`: a piece 4+ times in a row). `off_outputs`: the translations
-    with the controls off, when already made (the alpha search's). Returns (setting,
-    {setting: (BLEU, stutters)})."""
+    search of the given dev sentences with `alpha`, each scored by sacreBLEU and by its
+    outputs that stutter (`evaluation.stutter`: a piece 4+ times in a row). `off_outputs`: the
+    translations with the controls off, when already made (the alpha search's). Returns
+    (setting, {setting: (BLEU, stutters)})."""
     import sacrebleu
 
     from keras_transformer.evaluation.stutter import stutter_count
@@ -147,30 +183,47 @@ def choose_repetition(model, tokenizer, max_length, sources, references, beam, a
             translations = off_outputs
         else:
             translations = searcher(beam_size=beam, alpha=alpha, no_repeat_ngram_size=ngram,
-                                    repetition_penalty=penalty).translate(sources)
+                                    repetition_penalty=penalty).translate(
+                sources, progress=Progress(progress, beam))
         bleu = round(sacrebleu.corpus_bleu(translations, [references]).score, 2)
         results[setting] = (bleu, stutter_count(translations, tokenizer))
-        print(f"  val (first {len(sources)} sentences, beam {beam}, alpha {alpha}): "
-              f"{repetition_label(setting)}: sacreBLEU {bleu:.2f}, {results[setting][1]} "
-              "outputs stutter", flush=True)
+        say(f"  {name} (first {len(sources)} sentences, beam {beam}, alpha {alpha}): "
+            f"{repetition_label(setting)}: sacreBLEU {bleu:.2f}, {results[setting][1]} "
+            "outputs stutter")
     return pick_repetition(results), results
 
 
 def choose_search(model, tokenizer, max_length, sources, references,
-                  beam=DEFAULTS["beam_size"]):
+                  beam=DEFAULTS["beam_size"], progress=None, name="val", say=_print):
     """The length penalty (`choose_alpha`), then the repetition controls with it
-    (`choose_repetition`), on the given val sentences. Returns ({"alpha", "no_repeat_ngram_size",
-    "repetition_penalty"}: the choice to save, {"alpha", "repetition" (`repetition_label`), and
-    the val figures behind them}: the main job's summary)."""
-    outputs = {}
+    (`choose_repetition`), on the given dev sentences. Returns ({"alpha",
+    "no_repeat_ngram_size", "repetition_penalty"}: the choice to save, {"alpha", "repetition"
+    (`repetition_label`), and the dev figures behind them}: the main job's summary)."""
+    outputs, said = {}, dict(progress=progress, name=name, say=say)
     alpha, by_alpha = choose_alpha(model, tokenizer, max_length, sources, references, beam,
-                                   outputs)
+                                   outputs, **said)
     (ngram, penalty), by_setting = choose_repetition(
         model, tokenizer, max_length, sources, references, beam, alpha,
-        off_outputs=outputs[alpha])
+        off_outputs=outputs[alpha], **said)
     figures = {"alpha": alpha, "repetition": repetition_label((ngram, penalty)),
                "val_beam_sacrebleu_by_alpha": {str(a): v for a, v in by_alpha.items()},
                "val_beam_by_repetition": {
-                   repetition_label(setting): {"sacrebleu": bleu, "stutters": count}
+                   repetition_label(setting): {
+                       "sacrebleu": bleu, "stutters": count, "no_repeat_ngram_size": setting[0],
+                       "repetition_penalty": setting[1]}
                    for setting, (bleu, count) in by_setting.items()}}
     return dict(alpha=alpha, no_repeat_ngram_size=ngram, repetition_penalty=penalty), figures
+
+
+def tries(weights, figures, beam):
+    """Every try of a tuning, in the order tried, as decoding.json lists them: `weights`
+    ({member name or None: {label: greedy sacreBLEU}}), then `figures` (`choose_search`'s)."""
+    listed = [dict({"member": member} if member else {}, search="greedy", weights=label,
+                   sacrebleu=bleu)
+              for member, results in weights.items() for label, bleu in results.items()]
+    listed += [dict(search=f"beam {beam}", alpha=float(alpha), sacrebleu=bleu,
+                    brevity_penalty=bp)
+               for alpha, (bleu, bp) in figures["val_beam_sacrebleu_by_alpha"].items()]
+    listed += [dict(search=f"beam {beam}", alpha=figures["alpha"], repetition=label, **values)
+               for label, values in figures["val_beam_by_repetition"].items()]
+    return listed
