@@ -1,4 +1,5 @@
-"""`demo`: the main job (tasks/main_job.py), for one pair or several."""
+"""`demo`: the main job (tasks/main_job.py: the stages of tasks/stages.py in a row), for one
+pair or several."""
 
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import EXPORT_DIR
@@ -29,8 +30,10 @@ def register(commands):
         f"{QUICK['num_layers']} layers and P_drop {QUICK['dropout']}, about 25 minutes of "
         f"training on 2 cores of an AVX2 AMD EPYC; --full: {FULL['train_steps']} steps of the "
         "3-layer preset, for en-de an ensemble of three models), "
-        "picks the final weights or an average of checkpoints and the length penalty on val, "
-        f"evaluates test2016 (--full: val too) with beam {DEFAULTS['beam_size']} (sacreBLEU, "
+        "chooses the weights (final, best or an average of checkpoints), the length penalty "
+        "and the repetition controls on val as `keras-transformer tune` does (decoding.json, "
+        f"with every try), evaluates test2016 (--full: val too) with beam "
+        f"{DEFAULTS['beam_size']} (sacreBLEU, "
         f"chrF and the Multi30k literature's BLEU), exports a SavedModel and a CTranslate2 int8 "
         f"folder under {EXPORT_DIR}/ (the latter where the ctranslate2 package is installed), "
         "translates example sentences through the SavedModel and prints a summary. Running it "

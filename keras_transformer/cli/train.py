@@ -88,6 +88,8 @@ def _train(args, config_class):
 def _tune(run, trained, progress):
     """The `tune` stage on the run's dev set, after training: said, and skipped where the run
     has no dev set or a tuned choice that no training has changed since."""
+    import logging
+
     from keras_transformer.runs.choices import TRIES
     from keras_transformer.tasks import stages
     from keras_transformer.tasks.tuning import VAL_SENTENCES
@@ -103,6 +105,7 @@ def _tune(run, trained, progress):
         print(f"tune: {run.decoding_path} holds a choice made since the last training "
               f"(keras-transformer tune --run-dir {run.directory} makes it again)", flush=True)
         return
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # each search traced: meant
     each = " of each pair" if config.target_languages else ""
     print(f"tune: choosing the weights, alpha and repetition controls on the run's dev set "
           f"(the first {VAL_SENTENCES} sentences{each}; --no-tune skips this)", flush=True)

@@ -26,7 +26,12 @@ ABOUT = (
 
 
 def tune(args):
+    import logging
+
     from keras_transformer.tasks import stages
+
+    # TensorFlow warns of every search traced for a new alpha or control; they are meant.
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
 
     stages.tune(args.run_dir, args.src, args.ref, target_language=args.tgt_lang,
                 max_sentences=args.max_sentences, beam_size=args.beam_size)
