@@ -327,3 +327,54 @@ def test_a_run_with_a_moving_average_saves_it_and_resumes_exactly(toy_corpus, ru
         for variable, expected in zip(saved.trainable_variables, average):
             np.testing.assert_allclose(variable.numpy(), expected, rtol=1e-5, atol=1e-6)
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(trained, average)) > 1e-4
+
+
+# -- the sweep of the quick recipe (benchmarks/recipe_sweep.py) ----------------------------------
+@pytest.fixture
+def recipe_sweep(monkeypatch):
+    import importlib
+    import pathlib
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module("recipe_sweep")
+
+
+def test_every_sweep_point_is_a_valid_run_and_quick_is_the_demos_recipe(recipe_sweep,
+                                                                         tmp_path):
+    from keras_transformer.tasks.main_job import QUICK
+
+    for name in recipe_sweep.SETTINGS:
+        for seed in (1234, 1236):
+            config, plan = recipe_sweep.run_config(name, 1200, seed, tmp_path)
+            config = config.resolved()  # refuses what cannot run (warmup past the decay, ...)
+            assert (config.seed, config.train_steps) == (seed, plan["train_steps"])
+            assert config.output_dir.endswith(f"{name}-1200" + ("-seed1236" if seed == 1236
+                                                                  else ""))
+    quick, _ = recipe_sweep.run_config("quick", 1200, 1234, tmp_path)
+    demo = make_config(output_dir=str(tmp_path), **QUICK)
+    for key in ("preset", "num_layers", "dropout", "vocab_size", "tokens_per_batch",
+                "max_length", "warmup_steps", "train_steps", "checkpoint_steps",
+                "label_smoothing", "lr_schedule", "lr_scale", "norm_first", "seed"):
+        assert getattr(quick.resolved(), key) == getattr(demo.resolved(), key), key
+    # A decaying schedule at the peak today's recipe reaches (800 of 1200 steps of warmup).
+    cosine, plan = recipe_sweep.run_config("quick-cosine", 1200, 1234, tmp_path)
+    assert (cosine.lr_schedule, cosine.warmup_steps) == ("cosine", 100)
+    assert cosine.peak_lr == pytest.approx(paper_peak(256, 800))
+    doubled, plan = recipe_sweep.run_config("quick-tokens2048-steps2x", 1200, 1234, tmp_path)
+    assert (doubled.tokens_per_batch, doubled.train_steps, doubled.warmup_steps) \
+        == (2048, 2400, 1600)
+
+
+def test_the_sweep_reads_its_results_by_setting_budget_and_seed(recipe_sweep, tmp_path):
+    results = tmp_path / "results.jsonl"
+    lines = [dict(setting="quick", steps=1200, val500_greedy_sacrebleu=36.0),  # no seed: 1234
+             dict(setting="quick", steps=1200, seed=1235, val500_greedy_sacrebleu=35.0)]
+    results.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = recipe_sweep.read_results(results)
+    assert set(done) == {("quick", 1200, 1234), ("quick", 1200, 1235)}
+    spread = recipe_sweep.seed_spread(done.values())["quick"]
+    assert spread["seeds"] == [1234, 1235]
+    assert spread["val500_greedy_sacrebleu"] == {"mean": 35.5, "spread": 1.0}
+    results.write_text("not json\n")
+    with pytest.raises(SystemExit, match="results.jsonl:1: not a result line"):
+        recipe_sweep.read_results(results)

@@ -1,6 +1,6 @@
-"""The paper's optimizer (Section 5.3): Adam, beta_1 0.9, beta_2 0.98, epsilon 1e-9, warmup schedule;
-and the run's optional changes to it: another learning-rate schedule (training/schedule.py),
-gradient clipping by global norm, an exponential moving average of the weights.
+"""The paper's optimizer (Section 5.3): Adam, beta_1 0.9, beta_2 0.98, epsilon 1e-9, warmup
+schedule; and the run's optional changes to it: another learning-rate schedule
+(training/schedule.py), gradient clipping by global norm, a moving average of the weights.
 
 `FusedAdam` is `keras.optimizers.Adam` with TensorFlow's fused `ResourceApplyAdam` kernel doing
 each dense update in one pass over the variable and its two moments. Keras' own update is a
