@@ -1,4 +1,4 @@
-"""The compact searches (`beam_search(compact=True)`, `greedy_search(compact=True)`,
+"""The compact searches (`beam_search(shape=CompactLoop)`, `greedy_search(shape=CompactLoop)`,
 TensorFlow's graphs): a sentence leaves the loop once it is done, and the outputs are those of
 the search that keeps every row."""
 
@@ -7,7 +7,9 @@ import pytest
 import tensorflow as tf
 
 from keras_transformer.decoding.search.beam_search import beam_search, translate_beam
+from keras_transformer.decoding.search.compact import CompactLoop
 from keras_transformer.decoding.search.greedy import greedy_search, translate_greedy
+from keras_transformer.decoding.search.modes import LoopShape
 from pipelines.special_ids import EOS_ID
 from tests.search_helpers import source_rows, tiny_model
 
@@ -36,7 +38,7 @@ def test_done_sentences_leave_the_loop_and_the_outputs_stay():
     limits = tf.constant([20, 20, 20, 20], tf.int32)
     rows_seen = []
     compact = beam_search(ending_step(rows_seen), (tf.zeros([4 * BEAM]), {"ends": ends}),
-                          limits, beam_size=BEAM, alpha=0.6, compact=True)
+                          limits, beam_size=BEAM, alpha=0.6, shape=CompactLoop)
 
     def full_step(tokens, state, index):  # every row, every step
         logits, (rows, _) = ending_step([])(tokens, (state, {"ends": ends}), index)
@@ -57,7 +59,7 @@ def test_greedy_rows_leave_the_loop_as_they_end():
     limits = tf.constant([20, 20, 20], tf.int32)
     rows_seen = []
     ids, scores = greedy_search(ending_step(rows_seen, 1), (tf.zeros([3]), {"ends": ends}),
-                                limits, compact=True)
+                                limits, shape=CompactLoop)
 
     def full_step(tokens, state, index):
         logits, (rows, _) = ending_step([], 1)(tokens, (state, {"ends": ends}), index)
@@ -77,20 +79,20 @@ def test_the_compact_model_searches_find_what_the_full_ones_find():
 
     # Outputs of at most source length + 10 tokens (the default allows 50 more): the untrained
     # model writes to its limit either way, and the eager searches' steps cost a third.
-    def search(compact):
-        return lambda s: translate_beam(model, s, 4, 0.6, compact=compact, extra_length=10)
+    def search(shape):
+        return lambda s: translate_beam(model, s, 4, 0.6, shape=shape, extra_length=10)
 
-    def greedy(compact):
-        return lambda s: translate_greedy(model, s, compact=compact, extra_length=10)
+    def greedy(shape):
+        return lambda s: translate_greedy(model, s, shape=shape, extra_length=10)
 
     spec = [tf.TensorSpec([None, None], tf.int32)]
     for mode in (search, greedy):
-        full = tf.function(mode(False), input_signature=spec)(source)
+        full = tf.function(mode(LoopShape), input_signature=spec)(source)
         found = {
-            "graph": tf.function(mode(True), input_signature=spec)(source),
+            "graph": tf.function(mode(CompactLoop), input_signature=spec)(source),
             # A graph traced for one batch size: its loop variables start with a static size.
-            "static batch": tf.function(mode(True))(tf.constant(source)),
-            "eager": mode(True)(tf.constant(source)),
+            "static batch": tf.function(mode(CompactLoop))(tf.constant(source)),
+            "eager": mode(CompactLoop)(tf.constant(source)),
         }
         # The same ids; the same scores up to float32 rounding (products of fewer rows, or
         # eager kernels, may round differently).

@@ -37,6 +37,6 @@ def test_the_options_compose_their_modes_in_the_order_the_step_calls_them():
     both = beam_modes(2, limits, 4, prefix=prefix, constraints=constraints)
     assert [type(mode) for mode in both.all] == [PrefixForcing, ConstraintBanks, LoopShape]
     assert all(isinstance(mode, BeamMode) for mode in both.all)
-    assert isinstance(beam_modes(2, limits, 4, compact=True).shape, CompactLoop)
-    with pytest.raises(ValueError, match="no prefix and no constraints"):
-        beam_modes(2, limits, 4, prefix=prefix, compact=True)
+    assert isinstance(beam_modes(2, limits, 4, shape=CompactLoop).shape, CompactLoop)
+    with pytest.raises(ValueError, match="compact loop takes no prefix"):
+        beam_modes(2, limits, 4, prefix=prefix, shape=CompactLoop)

@@ -10,8 +10,8 @@ Its rooms are floors, each importing only from those above it in this list:
         beam_search.py    beam search with the GNMT length penalty (Section 6.1): one step
                           for every mode, the modes composed from the options (beam_modes)
         modes.py          beam search's modes: the hooks the step calls (BeamMode), the
-                          choice of beams by score (Selection), the loop over every sentence
-                          (LoopShape)
+                          choice of beams by score (Selection); the loop over every sentence
+                          (LoopShape), the loop shape of greedy search too
         prefix.py         the prefix mode of beam search: forced tokens (PrefixForcing)
         constraints.py    lexical constraints for beam search: phrase tracking, dynamic beam
                           allocation (Post and Vilar 2018); their mode (ConstraintBanks)
@@ -27,8 +27,8 @@ Its rooms are floors, each importing only from those above it in this list:
         compiling.py      compile_search: a search compiled once per backend; the shape
                           buckets of static searches
         compact.py        compact loops: done sentences leave the loop (TensorFlow graphs
-                          without XLA), their results written out as they leave;
-                          beam search's compact mode (CompactLoop)
+                          without XLA), their results written out as they leave; the
+                          compact loop shape of both searches (CompactLoop)
         top_k.py          a beam step's best continuations by an exact top-k in two
                           stages; gather_beams
     engines/          the engines, one text layer over them:

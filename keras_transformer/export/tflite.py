@@ -16,6 +16,7 @@ import tensorflow as tf
 from keras_transformer.decoding.search.beam_search import translate_beam
 from keras_transformer.decoding.search.rules import trim
 from keras_transformer.decoding.search.greedy import translate_greedy
+from keras_transformer.decoding.search.modes import LoopShape
 from keras_transformer.decoding.request import DEFAULTS
 from keras_transformer.defaults import MAX_LENGTH
 from keras_transformer.export.graph import ExportError, graph_function, prepare_ids
@@ -49,13 +50,13 @@ class TFLiteTranslator(tf.Module):
     def translate(self, source_ids):
         model = self._parts.model
         ids, empty = prepare_ids(source_ids, self.max_input_length)
-        # One sentence: no other to drop from the loop (and TFLite's builtin ops lack the
-        # compact searches' index lists).
+        # One sentence: no other to drop from the loop, so every sentence to its end
+        # (LoopShape; TFLite's builtin ops lack the compact loop's index lists).
         if self.beam_size == 1:
-            result = translate_greedy(model, ids, empty_rows=empty, compact=False)
+            result = translate_greedy(model, ids, empty_rows=empty, shape=LoopShape)
         else:
             result = translate_beam(model, ids, self.beam_size, self.alpha, empty_rows=empty,
-                                    compact=False)
+                                    shape=LoopShape)
         nbest, nbest_scores = result["ids"], result["scores"]
         return {"ids": trim(nbest[:, 0, :]), "score": nbest_scores[:, 0], "nbest_ids": nbest,
                 "nbest_scores": nbest_scores}

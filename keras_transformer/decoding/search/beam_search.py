@@ -33,8 +33,9 @@ dynamic beam allocation across groups (phrases met) rather than by score alone.
 a phrase, within the plain output's length and the phrases' (`search.plain_first`).
 
 The step is one body for every mode (`BeamStep`); what a mode does differently (a prefix's
-forced tokens, the constraints' tracking and allocation, the compact loop) is a small object
-whose hooks the step calls (`search.modes`; `beam_modes` composes them from the options).
+forced tokens, the constraints' tracking and allocation, the loop's shape: every sentence to
+the end, or the compact loop) is a small object whose hooks the step calls (`search.modes`;
+`beam_modes` composes them from the options).
 
 `translate_beam` is this mode's one body on a model (prefix, n-best and empty-row rules
 inside); `Translator` (through `compiled_beam_search`), the SavedModel signatures and the TFLite
@@ -45,7 +46,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_transformer.decoding.search.compact import CompactLoop, by_default
+from keras_transformer.decoding.search.compact import default_shape
 from keras_transformer.decoding.search.compiling import compile_search, dynamic_shapes
 from keras_transformer.decoding.search.constraints import ConstraintBanks
 from keras_transformer.decoding.search.modes import LoopShape, Modes, Selection, Step
@@ -69,7 +70,7 @@ def length_penalty(length, alpha):
 
 
 def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
-                max_length=None, min_length=None, prefix=None, constraints=None, compact=False,
+                max_length=None, min_length=None, prefix=None, constraints=None, shape=LoopShape,
                 stop_horizon=DEFAULTS["stop_horizon"], no_repeat_ngram_size=NGRAM_OFF,
                 repetition_penalty=PENALTY_OFF, done=None):
     """Batched beam search over a step function.
@@ -96,9 +97,10 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             allocation across banks. A hypothesis forced to end at its limit without them
             ranks behind every one that met them. `limits` must leave room for them
             (`constraints.constraint_limits`). None: the search without constraints.
-        compact: drop each sentence from the loop once it is done, so that a step computes
-            only the sentences still searching (where shapes may follow values: TensorFlow's
-            graphs; no prefix). `state` is then a pair (rows, sentences):
+        shape: the loop's shape, a `modes.LoopShape` class: every sentence to its end, or
+            `compact.CompactLoop`, which drops each sentence from the loop once it is done, so
+            that a step computes only the sentences still searching (where shapes may follow
+            values: TensorFlow's graphs; no prefix). `state` is then a pair (rows, sentences):
             `rows` as above, `sentences` a nest of (B, ...) tensors the step reads once per
             sentence (the cross-attention's keys and values), which the loop shrinks with
             the sentences. A done sentence's finished pool is written to the output as it
@@ -128,8 +130,7 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
     k = int(beam_size) if isinstance(beam_size, (int, np.integer)) else ops.cast(beam_size,
                                                                                 "int32")
     steps = ops.max(limits, initial=1) if max_length is None else max_length
-    modes = beam_modes(batch, limits, k, prefix=prefix, constraints=constraints,
-                       compact=compact,
+    modes = beam_modes(batch, limits, k, prefix=prefix, constraints=constraints, shape=shape,
                        controls=repetition(no_repeat_ngram_size, repetition_penalty),
                        started=done is not None)
     loop = _first_loop(batch, k, steps, state, done)
@@ -145,24 +146,27 @@ def beam_search(step_fn, state, limits, beam_size=DEFAULTS["beam_size"], alpha=D
             "log_probs": final["finished_log_probs"]}
 
 
-def beam_modes(batch, limits, beam_size, prefix=None, constraints=None, compact=False,
+def beam_modes(batch, limits, beam_size, prefix=None, constraints=None, shape=LoopShape,
                controls=None, started=False):
     """The modes a beam search composes (`search.modes`): a new mode is one line here.
-    `controls`: a `repetition.Repetition`, or None (off); `started`: some sentences may be
-    done before the first step."""
-    if compact and prefix is not None:
-        raise ValueError("a compact beam search takes no prefix and no constraints given with "
-                         "one (a prefix's tokens are not loop values the loop drops).")
+    `shape`: the loop's shape (a `modes.LoopShape` class); `controls`: a
+    `repetition.Repetition`, or None (off); `started`: some sentences may be done before the
+    first step."""
     others = () if prefix is None else (PrefixForcing(prefix),)
     selection = Selection(beam_size) if constraints is None else ConstraintBanks(constraints,
                                                                                  beam_size)
     if controls is not None:
-        others += (RepetitionControl(controls, prefix_forcing(prefix),
-                                     getattr(selection, "phrases_of", None)),)
-    per_sentence = sum((mode.per_sentence for mode in others + (selection,)), ())
-    shape = (CompactLoop(batch, limits, beam_size, per_sentence, started) if compact
-             else LoopShape(batch, limits))
-    return Modes(selection, shape, others)
+        others += (RepetitionControl(controls, prefix_forcing(prefix)),)
+    per_sentence = sum((mode.per_sentence for mode in others + (selection,)),
+                       PER_SENTENCE + POOL)
+    return Modes(selection, shape(batch, limits, beam_size, per_sentence, POOL, prefix=prefix,
+                                  started=started), others)
+
+
+# The loop values of one row per sentence (besides the modes'), the finished pool among them,
+# which the search returns.
+PER_SENTENCE = ("alive_seq", "alive_log_probs", "done")  # and POOL
+POOL = ("finished_seq", "finished_scores", "finished_log_probs")
 
 
 def _first_loop(batch, k, steps, state, done=None):
@@ -205,7 +209,8 @@ class BeamStep:
         with keras.name_scope("scores"):
             logits = ops.cast(logits[:, -1], "float32")
             vocab = ops.shape(logits)[-1]
-            step = Step(index, rows, vocab, limits, at_limit=(index + 1 >= limits)[:, None, None])
+            step = Step(index, rows, vocab, limits, at_limit=(index + 1 >= limits)[:, None, None],
+                        advancing=modes.selection.advancing(loop))
             for mode in modes.all:
                 logits = mode.adjust_logits(loop, step, logits)
             log_probs = ops.reshape(ops.log_softmax(logits, axis=-1), (rows, self.k, vocab))
@@ -264,15 +269,15 @@ class BeamStep:
             step.limits, index + 1 + self.stop_horizon)
         best_alive = modes.selection.best_alive(new, step) / length_penalty(
             reach, self.alpha)
-        new["done"] = ops.logical_or(ops.logical_or(loop["done"], lowest_finished >= best_alive),
-                                     index + 1 >= step.limits)
+        new["done"] = modes.shape.done_after(
+            loop, ops.logical_or(lowest_finished >= best_alive, index + 1 >= step.limits))
         return modes.shape.next(loop, step, new, state, parent_rows, next_tokens)
 
 
 def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEFAULTS["alpha"],
                    *, prefix=None, num_hypotheses=None, empty_rows=None, static=False,
                    optional_prefix=False, cached=True, extra_length=EXTRA_LENGTH,
-                   max_output_length=None, min_length=None, constraints=None, compact=None,
+                   max_output_length=None, min_length=None, constraints=None, shape=None,
                    stop_horizon=DEFAULTS["stop_horizon"], no_repeat_ngram_size=NGRAM_OFF,
                    repetition_penalty=PENALTY_OFF):
     """Beam search of `model`: the one body of this mode (see `search`'s module docstring).
@@ -299,9 +304,9 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
             hypotheses that do, the others are searched with constraints, their output
             limit the plain best's length + their phrases' (`search.plain_first`). Needs a
             beam of 2 or more.
-        compact: drop each sentence from the loop once it is done (`beam_search`); default:
-            where it can, a cached search without prefix where shapes may follow values
-            (TensorFlow's graphs without XLA).
+        shape: the loop's shape (`beam_search`); default: the compact loop where it can, a
+            cached search without prefix where shapes may follow values (TensorFlow's graphs
+            without XLA; `compact.default_shape`).
         stop_horizon: when a sentence stops searching (`beam_search`; 0: exact).
         no_repeat_ngram_size, repetition_penalty: the repetition controls (`beam_search`;
             off by default).
@@ -319,17 +324,17 @@ def translate_beam(model, source_ids, beam_size=DEFAULTS["beam_size"], alpha=DEF
     encoded = encode(model, source_ids) if branches or constraints is not None else None
 
     def run(prefix, phrases, done=None, limits=None):
-        drop_done = by_default(static, cached, prefix) if compact is None else compact
+        loop_shape = shape or default_shape(static, cached, prefix)
         step_fn, state, own_limits, max_length = prefixed_step(
             model, source_ids, beam_size, static, prefix, cached=cached,
             extra_length=extra_length, max_output_length=max_output_length,
-            constraints=phrases, compact=drop_done, encoded=encoded)
+            constraints=phrases, shape=loop_shape, encoded=encoded)
         if limits is not None:
             own_limits = limits(own_limits)
             if dynamic_shapes() and not static and max_output_length is None:
                 max_length = ops.max(own_limits, initial=1)  # the buffers: no longer
         return beam_search(step_fn, state, own_limits, beam_size, alpha, max_length,
-                           min_length, prefix=prefix, constraints=phrases, compact=drop_done,
+                           min_length, prefix=prefix, constraints=phrases, shape=loop_shape,
                            stop_horizon=stop_horizon,
                            no_repeat_ngram_size=no_repeat_ngram_size,
                            repetition_penalty=repetition_penalty, done=done)

@@ -240,6 +240,11 @@ class ConstraintBanks(Selection):
         """The `PhraseConstraints` of the sentences a step computes."""
         return PhraseConstraints(loop["phrases"], loop["phrase_lengths"])
 
+    def advancing(self, loop):
+        """The step's `Step.advancing`: each hypothesis' phrases' next tokens, computed only
+        where a rule asks for them."""
+        return lambda: self.phrases_of(loop).next_tokens(loop["met"], loop["progress"])
+
     def start(self, loop):
         phrases = PhraseConstraints.padded(self.constraints)
         lengths = phrase_lengths(phrases)

@@ -24,8 +24,9 @@ The searches are written once in `keras.ops` and run on every backend:
 import keras
 from keras import ops
 
-from keras_transformer.decoding.search.compact import by_default, compact_start, shrink
+from keras_transformer.decoding.search.compact import default_shape
 from keras_transformer.decoding.search.compiling import compile_search
+from keras_transformer.decoding.search.modes import LoopShape
 from keras_transformer.decoding.search.repetition import NGRAM_OFF, PENALTY_OFF, repetition
 from keras_transformer.decoding.search.rules import finish, mask_special_tokens, prefix_forcing, trim
 from keras_transformer.decoding.search.step import EXTRA_LENGTH, prefixed_step, tile_beams
@@ -47,7 +48,7 @@ def argmax(x):
 
 
 def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep_width=False,
-                  prefix=None, pick=None, compact=False, controls=None):
+                  prefix=None, pick=None, shape=LoopShape, controls=None, rows_per_sentence=1):
     """Picks the next token of every row by a rule, one step at a time: the most likely one
     (greedy search) unless `pick` says otherwise (`decoding.search.sampling.RandomSampler` draws it).
 
@@ -64,58 +65,83 @@ def greedy_search(step_fn, state, limits, max_length=None, min_length=None, keep
             leave room for them (`prefix_limits`).
         pick: (log_probs (N, V) float32, index) -> (N,) int32, the token chosen where no
             prefix forces one (default: argmax).
-        compact: drop each row from the loop once it has ended (TensorFlow's graphs: shapes
-            that follow values; no prefix, not with keep_width): `state` is then a pair
-            (rows, sentences) of nests with N rows each (`step.model_step(compact=True)`, one
-            row per sentence), both shrunk with the rows; a row's output is written out as it
-            leaves. The same outputs as without (`beam_search`'s `compact`, for one row).
+        shape: the loop's shape, a `modes.LoopShape` class (beam search's too): every row to
+            the end, an ended one masked, or `compact.CompactLoop`, which drops each row from
+            the loop once it has ended (TensorFlow's graphs: shapes that follow values; no
+            prefix; one row per sentence): `state` is then a pair (rows, sentences) of nests
+            with N rows each (`step.model_step(shape=CompactLoop)`), both shrunk with the
+            rows; a row's output is written out as it leaves. The same outputs as without.
         controls: a `repetition.Repetition` (the penalty on the logits, the n-gram ban on
             the log-probabilities, both on each row's output so far; nothing banned where
             the prefix forces the token), or None: off.
+        rows_per_sentence: the rows of `state` per sentence (`pick_search`'s).
 
     Returns:
         (ids (N, T) int32 ending with EOS and padded with 0, log-probability (N,) float32).
     """
     batch = ops.shape(limits)[0]
     max_steps = ops.max(limits, initial=0) if max_length is None else max_length
-    positions = ops.arange(max_steps)
-    pick = pick or (lambda log_probs, index: argmax(log_probs))
-    forced_token = prefix_forcing(prefix)
-
-    def body(index, tokens, state, finished, scores, outputs):
-        logits, state = step_fn(ops.expand_dims(tokens, 1), state, index)
-        log_probs = _log_probs(logits, index, min_length, controls, outputs,
-                               forced_token and forced_token(index))
-        next_tokens = pick(log_probs, index)
-        if forced_token is not None:
-            forced, token = forced_token(index)
-            next_tokens = ops.where(forced, token, next_tokens)
-        next_tokens = ops.where(index + 1 >= limits, EOS_ID, next_tokens)
-        next_tokens = ops.where(finished, PAD_ID, next_tokens)
-        chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
-        scores += ops.where(finished, 0.0, chosen)
+    loop_shape = shape(batch, limits, rows_per_sentence, outputs=RESULTS,
+                       per_row=("done",) + RESULTS, prefix=prefix)
+    loop = loop_shape.start(dict(
+        index=ops.convert_to_tensor(0, "int32"),
+        tokens=ops.full((batch,), BOS_ID, "int32"),
+        state=state,
+        done=ops.zeros((batch,), "bool"),
+        scores=ops.zeros((batch,), "float32"),
         # A fixed-size output buffer written in place (no TensorArray: TFLite builtins).
-        outputs = ops.where(ops.equal(positions, index)[None, :], next_tokens[:, None], outputs)
-        finished = ops.logical_or(finished, ops.equal(next_tokens, EOS_ID))
-        return index + 1, next_tokens, state, finished, scores, outputs
+        ids=ops.zeros((batch, max_steps), "int32")))
+    step = PickStep(step_fn, loop_shape, pick or (lambda log_probs, index: argmax(log_probs)),
+                    prefix_forcing(prefix), min_length, controls, ops.arange(max_steps))
 
-    def cond(index, tokens, state, finished, scores, outputs):
-        return ops.logical_and(index < max_steps, ops.logical_not(ops.all(finished)))
+    def cond(loop):
+        return ops.logical_and(loop["index"] < max_steps, ops.logical_not(ops.all(loop["done"])))
 
-    initial = (
-        ops.convert_to_tensor(0, "int32"),
-        ops.full((batch,), BOS_ID, "int32"),
-        state,
-        ops.zeros((batch,), "bool"),
-        ops.zeros((batch,), "float32"),
-        ops.zeros((batch, max_steps), "int32"),
-    )
-    if compact:
-        if prefix is not None or keep_width:
-            raise ValueError("a compact greedy search takes no prefix and keeps no width.")
-        return _compact_greedy(step_fn, initial, limits, min_length, pick, controls)
-    index, _, _, _, scores, outputs = ops.while_loop(cond, body, initial)
-    return (outputs if keep_width else outputs[:, :index]), scores
+    final = ops.while_loop(cond, step, loop)
+    found = loop_shape.results(final)
+    return (found["ids"] if keep_width else found["ids"][:, :final["index"]]), found["scores"]
+
+
+# The loop values greedy search returns.
+RESULTS = ("ids", "scores")
+
+
+class PickStep:
+    """One step of greedy search (and sampling), the loop's body: the model's step, its
+    log-probabilities, the token each row picks (or its prefix forces, or its limit), its
+    score; the loop's shape (`modes.LoopShape`) says which rows it computes and what follows.
+
+    Args:
+        step_fn: as for `greedy_search`.
+        shape: the loop's `modes.LoopShape`.
+        pick: (log_probs (N, V), index) -> (N,) int32.
+        forced_token: `rules.prefix_forcing(prefix)` (None: no prefix).
+        min_length, controls: as for `greedy_search`.
+        positions: (T,) int32, the output buffer's positions.
+    """
+
+    def __init__(self, step_fn, shape, pick, forced_token, min_length, controls, positions):
+        self.step_fn, self.shape, self.pick, self.forced_token = step_fn, shape, pick, forced_token
+        self.min_length, self.controls, self.positions = min_length, controls, positions
+
+    def __call__(self, loop):
+        index, shape = loop["index"], self.shape
+        limits = shape.limits_of(loop)
+        logits, state = self.step_fn(ops.expand_dims(loop["tokens"], 1), loop["state"], index)
+        forced = self.forced_token and self.forced_token(index)
+        log_probs = _log_probs(logits, index, self.min_length, self.controls, loop["ids"],
+                               forced)
+        next_tokens = self.pick(log_probs, index)
+        if forced is not None:
+            next_tokens = ops.where(forced[0], forced[1], next_tokens)
+        next_tokens = ops.where(index + 1 >= limits, EOS_ID, next_tokens)
+        next_tokens = shape.unless_done(loop, next_tokens, PAD_ID)
+        chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
+        new = dict(index=index + 1, scores=loop["scores"] + shape.unless_done(loop, chosen, 0.0),
+                   ids=ops.where(ops.equal(self.positions, index)[None, :], next_tokens[:, None],
+                                 loop["ids"]),
+                   done=shape.done_after(loop, ops.equal(next_tokens, EOS_ID)))
+        return shape.stay(loop, new, state, next_tokens)
 
 
 def _log_probs(logits, index, min_length, controls, outputs, forced=None):
@@ -130,37 +156,6 @@ def _log_probs(logits, index, min_length, controls, outputs, forced=None):
         log_probs = controls.log_probs(log_probs, lambda: (outputs, index),
                                        None if forced is None else lambda: forced[0][:, None])
     return mask_special_tokens(log_probs, index, min_length)
-
-
-def _compact_greedy(step_fn, initial, limits, min_length, pick, controls=None):
-    """`greedy_search(compact=True)`: the loop holds the rows still running (their numbers in
-    "live", their limits), an ended row's ids and score go to full-size outputs as it leaves."""
-    index, tokens, state, _, scores, outputs = initial
-    live = dict(live=ops.arange(ops.shape(limits)[0], dtype="int32"), limits=limits,
-                tokens=tokens, scores=scores, outputs=outputs)
-    live, state = compact_start(live, state, 1)
-    positions = ops.arange(ops.shape(outputs)[1])
-
-    def body(index, live, state, out_scores, out_ids):
-        logits, (rows, sentences) = step_fn(ops.expand_dims(live["tokens"], 1), state, index)
-        log_probs = _log_probs(logits, index, min_length, controls, live["outputs"])
-        next_tokens = ops.where(index + 1 >= live["limits"], EOS_ID, pick(log_probs, index))
-        chosen = ops.take_along_axis(log_probs, ops.expand_dims(next_tokens, 1), axis=1)[:, 0]
-        live = dict(live, tokens=next_tokens, scores=live["scores"] + chosen,
-                    outputs=ops.where(ops.equal(positions, index)[None], next_tokens[:, None],
-                                      live["outputs"]))
-        ended = ops.equal(next_tokens, EOS_ID)
-        (live, rows, sentences), (out_scores, out_ids) = shrink(
-            ended, (live, rows, sentences), live["live"],
-            ((out_scores, live["scores"]), (out_ids, live["outputs"])))
-        return index + 1, live, (rows, sentences), out_scores, out_ids
-
-    def cond(index, live, state, out_scores, out_ids):
-        return ops.logical_and(index < ops.shape(positions)[0], ops.shape(live["live"])[0] > 0)
-
-    index, _, _, scores, outputs = ops.while_loop(
-        cond, body, (index, live, state, scores, outputs))
-    return outputs[:, :index], scores
 
 
 def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_compile=False,
@@ -189,7 +184,7 @@ def compiled_greedy_search(model, cached=True, extra_length=EXTRA_LENGTH, jit_co
 
 def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=False,
                      cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
-                     min_length=None, compact=None, no_repeat_ngram_size=NGRAM_OFF,
+                     min_length=None, shape=None, no_repeat_ngram_size=NGRAM_OFF,
                      repetition_penalty=PENALTY_OFF):
     """Greedy search of `model`: the one body of this mode (see the module docstring).
 
@@ -203,9 +198,9 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
         static: keep every shape static (XLA, JAX): buffers of `static_max_length` (+ P)
             positions, the ids not trimmed (`trim` them outside the compiled function).
         cached, extra_length, max_output_length, min_length: as for `pick_search`.
-        compact: drop each sentence from the loop once it has ended (`greedy_search`);
-            default: where it can, a cached search without prefix where shapes may follow
-            values (TensorFlow's graphs without XLA).
+        shape: the loop's shape (`greedy_search`); default: the compact loop where it can,
+            a cached search without prefix where shapes may follow values (TensorFlow's
+            graphs without XLA; `compact.default_shape`).
         no_repeat_ngram_size, repetition_penalty: the repetition controls
             (`search.repetition`; off by default), Python numbers or scalar tensors.
 
@@ -213,12 +208,10 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
         {"ids": (B, 1, T) int32 ending with EOS, 0-padded, "scores": (B, 1) log P(Y | X)};
         T is the steps taken unless static.
     """
-    if compact is None:
-        compact = by_default(static, cached, prefix)
     ids, scores = pick_search(model, source_ids, 1, prefix=prefix, static=static,
                               cached=cached, extra_length=extra_length,
                               max_output_length=max_output_length, min_length=min_length,
-                              compact=compact,
+                              shape=shape or default_shape(static, cached, prefix),
                               controls=repetition(no_repeat_ngram_size, repetition_penalty))
     # The loop keeps the steps taken: only the empty-row rule may leave columns to trim.
     return finish({"ids": ids, "scores": scores}, empty_rows,
@@ -227,7 +220,7 @@ def translate_greedy(model, source_ids, *, prefix=None, empty_rows=None, static=
 
 def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None, static=False,
                 cached=True, extra_length=EXTRA_LENGTH, max_output_length=None,
-                min_length=None, compact=False, controls=None):
+                min_length=None, shape=LoopShape, controls=None):
     """`greedy_search` on `model` with `rows_per_sentence` rows per sentence, each picking
     its tokens by `pick` (default: the most likely; `sampling.translate_sample` draws them).
 
@@ -239,8 +232,8 @@ def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None,
         max_output_length: a Python int instead: every output at most this many tokens (EOS
             included), also the static length of the buffers.
         min_length: if set, EOS is not allowed before this many tokens.
-        compact: drop each sentence from the loop once it has ended (`greedy_search`; one row
-            per sentence, no prefix, where shapes may follow values).
+        shape: the loop's shape (`greedy_search`; the compact loop takes one row per
+            sentence, no prefix, where shapes may follow values).
         controls: the repetition controls (`greedy_search`), or None.
 
     Returns:
@@ -248,15 +241,13 @@ def pick_search(model, source_ids, rows_per_sentence, pick=None, *, prefix=None,
     """
     step_fn, state, limits, max_length = prefixed_step(
         model, source_ids, rows_per_sentence, static, prefix, cached=cached,
-        extra_length=extra_length, max_output_length=max_output_length, compact=compact)
+        extra_length=extra_length, max_output_length=max_output_length, shape=shape)
     single = isinstance(rows_per_sentence, int) and rows_per_sentence == 1
-    if compact and not single:
-        raise ValueError("a compact pick search has one row per sentence.")
     rows_prefix = None if prefix is None or single else tile_beams(prefix, rows_per_sentence)
     ids, scores = greedy_search(
         step_fn, state, limits if single else tile_beams(limits, rows_per_sentence),
         max_length, min_length, keep_width=static, prefix=prefix if single else rows_prefix,
-        pick=pick, compact=compact, controls=controls)
+        pick=pick, shape=shape, controls=controls, rows_per_sentence=rows_per_sentence)
     if single:
         return ops.expand_dims(ids, 1), ops.expand_dims(scores, 1)
     batch = ops.shape(source_ids)[0]

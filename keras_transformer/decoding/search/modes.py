@@ -1,6 +1,7 @@
-"""The modes of beam search: what a plain search, one with a target prefix, one with lexical
+"""The modes of the searches: what a plain search, one with a target prefix, one with lexical
 constraints and a compact one do differently, each a small object whose hooks the one beam step
-(`beam_search.BeamStep`) calls.
+(`beam_search.BeamStep`) calls; the loop's shape (`LoopShape`) is greedy search's mode too
+(`greedy.PickStep`).
 
 A step reads its log-probabilities, lets every mode adjust them, expands the beams into
 candidates, lets every mode track them, chooses the finished pool and the alive beams, lets
@@ -17,16 +18,19 @@ state. Three kinds of mode:
     Selection   a BeamMode that also chooses (one per search): the candidates a step
                 expands to, the finished pool's order, the alive beams; here by score alone
                 (the plain search); `constraints.ConstraintBanks` by banks
-    LoopShape   a BeamMode that also shapes the loop (one per search): which sentences a
-                step computes, how the next loop state follows the alive beams, the result;
-                here every sentence to the end; `compact.CompactLoop` drops the done ones
+    LoopShape   a BeamMode that also shapes the loop (one per search, greedy or beam): how
+                the step's state is held, which sentences a step computes, how the next loop
+                state follows the alive beams (or the rows that stay), the result; here every
+                sentence to the end; `compact.CompactLoop` drops the done ones
 
 Every default leaves its input as it is (or is the plain search's rule), so a mode overrides only
 the hooks it needs; a new mode is a new file with its class and one line in
 `beam_search.beam_modes` (docs/design.md has the picture).
 
 Every hook of a step gets `loop`, the loop state (a dict) the step starts from, and `step`, what
-the step knows besides (a `Step`). Tensors: B sentences computed this step, K beams, V the
+the step knows besides (a `Step`). Modes talk through these, never through each other: a mode
+reads another's state only where the step declares it (`Step.advancing`), and declares which of
+its loop values are per sentence (`per_sentence`), for the loop shape to drop. Tensors: B sentences computed this step, K beams, V the
 vocabulary, M candidates per sentence, T the output buffer's length.
 """
 
@@ -48,6 +52,9 @@ class Step(NamedTuple):
     vocab: object  # V
     limits: object  # (B,) int32 output limits (EOS included)
     at_limit: object  # (B, 1, 1) bool: the hypotheses must end here (EOS forced)
+    # None, or a function () -> (B, K, C) int32: the token that advances each unmet phrase of
+    # each hypothesis (PAD where none), which no rule may ban (`Selection.advancing`).
+    advancing: object = None
 
 
 class BeamMode:
@@ -123,22 +130,67 @@ class Selection(BeamMode):
         that may still end (here all: the alive beams are sorted, the first)."""
         return new["alive_log_probs"][:, 0]
 
+    def advancing(self, loop):
+        """The step's `Step.advancing`: None here (no phrases)."""
+        return None
+
 
 class LoopShape(BeamMode):
-    """The loop over every sentence to its end: a step computes all B sentences, and the
-    decoder state follows the alive beams.
+    """The loop over every sentence to its end: the step's state is its rows (what it reads
+    once per sentence stays in the step's closure), a step computes all B sentences, a done
+    sentence's rows compute on, masked, and the decoder state follows the alive beams (greedy
+    search: each row stays).
+
+    A search gets the class (`beam_search(shape=...)`, `greedy_search(shape=...)`) and makes
+    the loop's own from its values; `model_step(shape=...)` asks it how to hold the step's
+    state (`step_state`).
 
     Args:
         batch: B.
         limits: (B,) int32 output limits.
+        rows_per_sentence: R, the rows of the step's state per sentence (beam search's K).
+        per_sentence: the names of the search's loop values of one row per sentence and its
+            modes' (`BeamMode.per_sentence`).
+        outputs: the names of those the search returns.
+        per_row: the names of loop values of one row per row of the step's state (greedy
+            search's: its rows are its sentences where R is 1).
+        prefix: the search's target prefix ((B, P), read outside the loop values), or None.
+        started: whether some sentences may be done before the first step (the loop's
+            "done" given to the search).
     """
 
-    def __init__(self, batch, limits):
+    def __init__(self, batch, limits, rows_per_sentence=1, per_sentence=(), outputs=(),
+                 per_row=(), prefix=None, started=False):
         self.batch, self.limits = batch, limits
+
+    @staticmethod
+    def step_state(step_fn, rows, sentences):
+        """(step function, first state) for the search from `step_fn` over the pair (rows,
+        sentences) (`step.model_step`): here the state is `rows` alone, `sentences` (what the
+        step reads once per sentence; None: nothing) stay in the step's closure."""
+        def rows_step(tokens, state, index):
+            logits, (state, _) = step_fn(tokens, (state, sentences), index)
+            return logits, state
+
+        return rows_step, rows
 
     def searching(self, loop):
         """(rows, limits): how many sentences this step computes and their output limits."""
-        return self.batch, self.limits
+        return self.batch, self.limits_of(loop)
+
+    def limits_of(self, loop):
+        """The output limits of the sentences this step computes."""
+        return self.limits
+
+    def unless_done(self, loop, values, fill):
+        """A step's (B,) `values` with `fill` where the sentence was done before it (its rows
+        compute on, here)."""
+        return ops.where(loop["done"], fill, values)
+
+    def done_after(self, loop, ending):
+        """(B,) bool: the sentences done after a step, where those `ending` ((B,) bool) end
+        at it."""
+        return ops.logical_or(loop["done"], ending)
 
     def next(self, loop, step, new, state, parent_rows, next_tokens):
         """The next loop state: `new` with the step's decoder `state` reordered to the alive
@@ -150,8 +202,13 @@ class LoopShape(BeamMode):
         new["tokens"] = ops.reshape(next_tokens, (-1,))
         return new
 
+    def stay(self, loop, new, state, next_tokens):
+        """The next loop state of a search whose rows stay where they are (greedy search):
+        `new` with the step's decoder `state` and the (N,) `next_tokens` to feed."""
+        return dict(new, state=state, tokens=next_tokens)
+
     def results(self, final):
-        """The finished pools of every sentence from the last loop state."""
+        """The loop values the search returns, from the last loop state."""
         return final
 
 

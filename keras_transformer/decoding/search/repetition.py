@@ -178,17 +178,16 @@ class RepetitionControl(BeamMode):
     """Beam search's mode for the controls (`Repetition`): the penalty on each hypothesis'
     logits (`adjust_logits`), the n-gram ban on its log-probabilities (`adjust`), both on the
     alive beams' tokens ("alive_seq"), with a forced prefix's tokens and the tokens that
-    advance a constraint's phrases exempt from the ban.
+    advance a constraint's phrases (the step's `advancing`, declared by the selection) exempt
+    from the ban.
 
     Args:
         controls: a `Repetition`.
         forced_token: `rules.prefix_forcing(prefix)` (None: no prefix).
-        phrases: a constrained search's function loop -> its `constraints.PhraseConstraints`
-            (`ConstraintBanks.phrases_of`; None: no constraints).
     """
 
-    def __init__(self, controls, forced_token=None, phrases=None):
-        self.controls, self.forced_token, self.phrases = controls, forced_token, phrases
+    def __init__(self, controls, forced_token=None):
+        self.controls, self.forced_token = controls, forced_token
 
     @staticmethod
     def _written(loop, step):
@@ -203,19 +202,19 @@ class RepetitionControl(BeamMode):
         return self.controls.logits(logits, self._written(loop, step))
 
     def adjust(self, loop, step, log_probs):  # (B, K, V)
-        free = None if self.forced_token is None and self.phrases is None else (
-            lambda: self._free(loop, step, ops.shape(log_probs)))
+        free = None if self.forced_token is None and step.advancing is None else (
+            lambda: self._free(step, ops.shape(log_probs)))
         return self.controls.log_probs(log_probs, self._written(loop, step), free)
 
-    def _free(self, loop, step, shape):
+    def _free(self, step, shape):
         """(B x K, V) bool: where the ban does not apply: every token of the rows whose token
         the prefix forces, the token that advances each unmet phrase of a hypothesis
         (`shape`: the step's (B, K, V))."""
         free = None
         if self.forced_token is not None:
             free = self.forced_token(step.index)[0][:, None, None]  # (B, 1, 1)
-        if self.phrases is not None:
-            advancing = self.phrases(loop).next_tokens(loop["met"], loop["progress"])  # (B, K, C)
+        if step.advancing is not None:
+            advancing = step.advancing()  # (B, K, C)
             advancing = ops.reshape(advancing, (-1, ops.shape(advancing)[-1]))
             writable = ops.reshape(token_mask(advancing, ops.not_equal(advancing, PAD_ID),
                                               shape[2]), shape)

@@ -23,12 +23,13 @@ from keras import ops
 
 from keras_transformer.decoding.search.compiling import dynamic_shapes
 from keras_transformer.decoding.search.constraints import constraint_limits
+from keras_transformer.decoding.search.modes import LoopShape
 from keras_transformer.decoding.search.rules import prefix_limits
 from keras_transformer.decoding.request import DEFAULTS
 from pipelines.special_ids import PAD_ID
 
 EXTRA_LENGTH = DEFAULTS["extra_length"]  # paper: maximum output length = input length + 50
-# What a compact search's step reads once per sentence, and drops with the sentence.
+# What the step reads once per sentence (a compact loop drops it with the sentence).
 PER_SENTENCE = ("cross", "source_mask")
 
 
@@ -64,7 +65,7 @@ def encode(model, source_ids):
 
 
 def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, limits=None,
-               extra_length=EXTRA_LENGTH, grow=None, compact=False, encoded=None):
+               extra_length=EXTRA_LENGTH, grow=None, shape=LoopShape, encoded=None):
     """Step function, initial state and limits for searching `model` on `source_ids`.
 
     Args:
@@ -83,10 +84,11 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
         grow: self-attention caches that grow by a position per step (`Transformer.init_cache`)
             rather than hold max_length; default: where shapes may follow values (TensorFlow)
             and max_length is not given.
-        compact: the state is a pair (rows, sentences) for a search that drops done sentences
-            (`beam_search(compact=True)`): `rows` the self-attention caches (B x beam_size
-            rows), `sentences` what the step reads once per sentence (the cross-attention's
-            keys and values, the source mask; B rows), both passed to the step. Needs `cached`.
+        shape: the search's loop shape (`modes.LoopShape` or a subclass), which says how the
+            state is held (`LoopShape.step_state`): the self-attention caches (B x beam_size
+            rows) alone, or with what the step reads once per sentence (the cross-attention's
+            keys and values, the source mask; B rows) for a loop that drops done sentences
+            (`compact.CompactLoop`, which needs `cached`).
         encoded: `encode(model, source_ids)`, where the caller computed it already.
 
     Returns:
@@ -99,88 +101,83 @@ def model_step(model, source_ids, beam_size=1, max_length=None, cached=True, lim
     if max_length is None:
         max_length = (ops.max(limits, initial=1) if dynamic_shapes()
                       else static_max_length(source_ids, extra_length))
+    step_fn, rows, sentences = _split_step(model, source_ids, beam_size, max_length, cached,
+                                           limits, grow, encoded)
+    return (*shape.step_state(step_fn, rows, sentences), limits, max_length)
+
+
+def _split_step(model, source_ids, beam_size, max_length, cached, limits, grow, encoded):
+    """`model_step`'s step over the pair (rows, sentences): (step_fn, rows, sentences), the
+    sentences None where the step reads nothing once per sentence (not `cached`)."""
     members = getattr(model, "members", None)  # an `Ensemble`
     if members is not None:
         return _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow,
-                              compact, encoded)
+                              encoded)
     encoder_output, source_mask = encoded if encoded is not None else model.encode(source_ids)
-    if cached:  # the beams of a sentence share its cross-attention keys and values
-        # A growing cache starts empty with a length of no static value (a reduction's).
-        length = ops.max(limits, initial=1) if grow else max_length
-        cache = model.init_cache(encoder_output, source_mask, length, beam_size, grow)
-        per_sentence = {name: cache[name] for name in PER_SENTENCE}
-        fixed = {name: value for name, value in cache.items()
-                 if name != "self" and name not in PER_SENTENCE}
+    if not cached:
+        return _uncached_step(model, encoder_output, source_mask, beam_size, max_length)
+    # The beams of a sentence share its cross-attention keys and values. A growing cache
+    # starts empty with a length of no static value (a reduction's).
+    length = ops.max(limits, initial=1) if grow else max_length
+    cache = model.init_cache(encoder_output, source_mask, length, beam_size, grow)
+    fixed = {name: value for name, value in cache.items()
+             if name != "self" and name not in PER_SENTENCE}
 
-        def compact_step(tokens, state, index):
-            rows, sentences = state
-            logits, cache = model.decode_step(tokens, dict(fixed, self=rows, **sentences),
-                                              index)
-            return logits, (cache["self"], sentences)
+    def step_fn(tokens, state, index):
+        rows, sentences = state
+        logits, cache = model.decode_step(tokens, dict(fixed, self=rows, **sentences), index)
+        return logits, (cache["self"], sentences)
 
-        if compact:
-            return compact_step, (cache["self"], per_sentence), limits, max_length
+    return step_fn, cache["self"], {name: cache[name] for name in PER_SENTENCE}
 
-        def step_fn(tokens, state, index):  # the sentences' part stays as it is
-            logits, (rows, _) = compact_step(tokens, (state, per_sentence), index)
-            return logits, rows
 
-        return step_fn, cache["self"], limits, max_length
-
-    if compact:
-        raise ValueError("a compact search needs the cache (cached=True).")
+def _uncached_step(model, encoder_output, source_mask, beam_size, max_length):
+    """`_split_step` without the cache: the whole decoder over the tokens so far, every step
+    (its state the (B x beam_size, max_length) tokens; nothing per sentence)."""
     encoder_output = tile_beams(encoder_output, beam_size)
     source_mask = tile_beams(source_mask, beam_size)
-    rows = ops.shape(encoder_output)[0]
-    prefix = ops.zeros((rows, max_length), "int32")
+    prefix = ops.zeros((ops.shape(encoder_output)[0], max_length), "int32")
 
-    def uncached_step(tokens, prefix, index):
-        prefix = ops.slice_update(prefix, (0, index), ops.cast(tokens, "int32"))
+    def step_fn(tokens, state, index):
+        prefix = ops.slice_update(state[0], (0, index), ops.cast(tokens, "int32"))
         # The whole buffer (a static shape): the causal mask hides the positions after index.
         logits = model.decode(prefix, encoder_output, source_mask)
-        return ops.expand_dims(ops.take(logits, index, axis=1), 1), prefix
+        return ops.expand_dims(ops.take(logits, index, axis=1), 1), (prefix, None)
 
-    return uncached_step, prefix, limits, max_length
+    return step_fn, prefix, None
 
 
-def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow, compact,
+def _ensemble_step(members, source_ids, beam_size, max_length, cached, limits, grow,
                    encoded=None):
-    """`model_step` for an `Ensemble`: the state is the tuple of the members' states (compact:
-    the pair of the tuples of their rows and of their sentences' state); the step returns the
-    log of the members' mean next-token probabilities (as logits: a log-softmax of them gives
-    them back)."""
+    """`_split_step` for an `Ensemble`: the rows and the sentences are the tuples of the
+    members' (None without the cache); the step returns the log of the members' mean
+    next-token probabilities (as logits: a log-softmax of them gives them back)."""
     from keras_transformer.models.ensemble import mean_of_probabilities
 
     encoded = encoded if encoded is not None else (None,) * len(members)
-    steps = [model_step(member, source_ids, beam_size, max_length, cached, limits, grow=grow,
-                        compact=compact, encoded=member_encoded)[:2]
-             for member, member_encoded in zip(members, encoded)]
+    steps = [_split_step(member, source_ids, beam_size, max_length, cached, limits, grow,
+                         member_encoded) for member, member_encoded in zip(members, encoded)]
 
     def step_fn(tokens, state, index):
-        outputs = [fn(tokens, member_state, index) for (fn, _), member_state in zip(steps, state)]
+        rows, sentences = state
+        pairs = zip(rows, (None,) * len(rows) if sentences is None else sentences)
+        outputs = [fn(tokens, pair, index) for (fn, _, _), pair in zip(steps, pairs)]
         return (mean_of_probabilities([logits for logits, _ in outputs]),
-                tuple(member_state for _, member_state in outputs))
+                tuple(zip(*(pair for _, pair in outputs))))
 
-    state = tuple(initial for _, initial in steps)
-    if not compact:
-        return step_fn, state, limits, max_length
-
-    def compact_step(tokens, pair, index):  # (rows per member, sentences per member)
-        logits, states = step_fn(tokens, tuple(zip(*pair)), index)
-        return logits, tuple(zip(*states))
-
-    return compact_step, tuple(zip(*state)), limits, max_length
+    rows, sentences = (tuple(part) for part in zip(*(step[1:] for step in steps)))
+    return step_fn, rows, None if None in sentences else sentences
 
 
 def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cached=True,
                   extra_length=EXTRA_LENGTH, max_output_length=None, constraints=None,
-                  compact=False, encoded=None):
+                  shape=LoopShape, encoded=None):
     """`model_step` for a search of `rows_per_sentence` rows per sentence (beams or samples)
     whose outputs may start with a prefix ((B, P) ids) and must contain constraint phrases
     ((B, C, L) ids, beam search): the limits leave room for the prefix and EOS after it,
     and for the phrases (their total length more), and with `static` (or a Python int
     `max_output_length`: every output's limit) the buffers hold a static bound, P (and
-    C x L) more positions with a prefix (constraints). `compact`, `encoded`: as for
+    C x L) more positions with a prefix (constraints). `shape`, `encoded`: as for
     `model_step`."""
     if max_output_length is None:
         limits = output_limits(source_ids, extra_length)
@@ -195,4 +192,4 @@ def prefixed_step(model, source_ids, rows_per_sentence, static, prefix=None, cac
         bound += ops.shape(constraints)[1] * ops.shape(constraints)[2]
     return model_step(model, source_ids, rows_per_sentence, bound, cached=cached,
                       limits=limits, extra_length=extra_length,
-                      grow=not static and dynamic_shapes(), compact=compact, encoded=encoded)
+                      grow=not static and dynamic_shapes(), shape=shape, encoded=encoded)
