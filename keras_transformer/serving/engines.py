@@ -28,6 +28,9 @@ from keras_transformer.serving.signatures import NBEST, SAMPLE, SCORE, SEARCH
 CTRANSLATE2, KERAS = "ctranslate2", "tensorflow"  # the request's names of the engines
 KEPT_KERAS_SEARCHES = 8  # Keras engines of other searches than the run's, the last used
 WARM_UP_SENTENCE = "A short sentence warms the engine up ."
+# The score of a hypothesis an n-best list lacks (an empty line has one): the SavedModel's
+# score of a beam that never lived, so that both answer the same rectangle.
+MISSING_SCORE = -1e9
 
 
 class Engines:
@@ -216,9 +219,9 @@ def _split(results, calls):
 
 
 def _padded(hypotheses, count):
-    """`count` hypotheses (all with None), ("", 0.0) after the last (an empty line has one:
-    the answer is a rectangle, as the signature's)."""
+    """`count` hypotheses (all with None), ("", MISSING_SCORE) after the last (an empty line
+    has one): the answer is a rectangle, as the signature's."""
     hypotheses = list(hypotheses)
     if count is None:
         return hypotheses
-    return (hypotheses + [("", 0.0)] * count)[:count]
+    return (hypotheses + [("", MISSING_SCORE)] * count)[:count]
