@@ -102,6 +102,25 @@ def test_an_evaluation_is_judged_once_and_its_counters_resume_from_a_checkpoint(
     assert resumed.stopped and resumed.state()["early_stopping"]["stopped_step"] == 25
 
 
+def test_a_resumed_run_makes_the_evaluation_it_owes_once_and_it_may_stop_the_run():
+    evaluations = Evaluations("bleu", min_delta=0.0, every=5, train_steps=20)
+    evaluations.restore({"early_stopping": {"best": 10.0, "best_step": 5,
+                                            "without_improvement": 0, "evaluated_step": 5}})
+    made = []
+    assert not evaluations.catch_up(5, lambda: made.append(5))  # counted before the save
+    assert not evaluations.catch_up(7, lambda: made.append(7))  # not an evaluation step
+    assert made == []
+    heard = []
+    evaluations.listen(heard.append)
+    evaluations.listen(lambda e: e.counted and not e.improved and evaluations.stop(e.step))
+    assert evaluations.catch_up(10, lambda: {"bleu": 9.0, "chrf": 30.0})
+    assert [(e.step, e.kind, e.counted, e.improved, e.owed) for e in heard] == [
+        (10, "translation", True, False, True)]
+    assert evaluations.history == [] and evaluations.record.evaluated_step == 10
+    assert evaluations.latest("translation", 10) is None  # owed: not this process's history
+    assert not evaluations.catch_up(15, lambda: made.append(15)) and made == []  # stopped
+
+
 # -- No callback touches another (the source) ------------------------------------------------
 
 def _trees(folder):

@@ -48,7 +48,7 @@ class BatchLogs(keras.callbacks.Callback):
                 self.seen.setdefault(key, []).append(self.batches)
 
 
-@pytest.mark.slow  # a short training of the runtime preset and its restart (~30 s on 2 cores)
+@pytest.mark.slow  # a short training of the runtime preset, then 5 steps more (~40 s)
 def test_keras_csv_logger_and_early_stopping_on_val_bleu_given_to_train(
         toy_corpus, runtime_preset, tmp_path, capsys):
     from keras_transformer.runs import Run
@@ -115,6 +115,15 @@ def test_keras_csv_logger_and_early_stopping_on_val_bleu_given_to_train(
     assert again["stopped"] == f"had stopped early at step {stop}"
     assert re.search(rf"stopped early at step {stop} \(a callback given to train stopped it; "
                      r".*only with --continue-stopped\.$", capsys.readouterr().out, re.M)
+    # Asked to, it trains on (here to step 20), the stop forgotten.
+    more = train(toy_config(toy_corpus, tmp_path / "run", train_steps=20, eval_steps=every,
+                            bleu_steps=every, checkpoint_steps=every, bleu_sentences=20),
+                 continue_stopped=True)
+    assert (more["step"], more["stopped"]) == (20, "reached train_steps=20")
+    assert f"continuing a run that stopped early at step {stop}" in capsys.readouterr().out
+    saved = json.loads(pathlib.Path(run.checkpoint_dir / "ckpt-20.json").read_text())
+    assert saved["state"]["early_stopping"]["stopped_step"] is None
+    assert "stopped_by" not in saved["state"]["early_stopping"]
 
 
 @pytest.mark.slow  # a model of the runtime preset fitted 4 steps on dev batches (~15 s)
