@@ -4,7 +4,8 @@
     schedule.py    the warmup / inverse-square-root learning rate (Section 5.3)
     optimizer.py   Adam with the paper's betas, fused
     metrics.py     masked token accuracy and perplexity
-    events.py      the dev evaluations' one owner, and the callbacks' order from their needs
+    events.py      the dev evaluations' one owner, how training ended (`Outcome`), and the
+                   callbacks' order from their needs
     checkpointer.py  the run's checkpoints' one owner (periodic saves, the signal handler)
     callbacks.py   checkpoints, dev evaluation, stopping, NaN guard
     early_stopping.py  early stopping and best.keras, listening to the evaluations
