@@ -255,7 +255,7 @@ class Validation(keras.callbacks.Callback):
 
 class DevTranslation:
     """sacreBLEU and chrF of greedy translations of dev sentences, called with a model:
-    {"bleu", "chrf"} (the greedy translator is made once per model).
+    ({"bleu", "chrf"}, the line to print) (the greedy translator is made once per model).
 
     Args:
         tokenizer: the run's vocabulary.
