@@ -66,14 +66,16 @@ class Engines:
             self.base[KERAS] = keras.engine(model=self.model)
         return self
 
-    def describe(self):
-        """What searches, in words."""
+    def describe(self, folder=True):
+        """What searches, in words (with the CTranslate2 export's folder, or not: the page
+        names no path of the server's)."""
         if self.main == KERAS:
             return "the Keras engine (float32, the SavedModel's search)"
-        line = f"CTranslate2 ({self.decoder.ctranslate2_folder()})"
+        line = "CTranslate2" + (f" ({self.decoder.ctranslate2_folder()})" if folder else "")
         engine = self.base.get(CTRANSLATE2)
         if engine is not None:
-            line += f", {engine.workers} workers x {engine.threads} threads"
+            line += (f", {engine.workers} worker{'s' * (engine.workers > 1)} x "
+                     f"{engine.threads} thread{'s' * (engine.threads > 1)}")
         return line + ("; constraints on the Keras engine" if self.fallback
                        else "; no Keras engine: constraints refused")
 

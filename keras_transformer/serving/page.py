@@ -9,7 +9,7 @@ TEMPLATE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>__NAME__: translate</title>
 <style>
 body{font-family:system-ui,sans-serif;max-width:46rem;margin:2rem auto;padding:0 1rem}
-textarea,input{font:inherit;width:100%;box-sizing:border-box}
+textarea,input,select{font:inherit;width:100%;box-sizing:border-box}
 label{display:block;margin-top:.8rem}
 .row{display:flex;gap:1rem}.row label{flex:1}
 #translation{font-size:1.3rem;margin:1rem 0;min-height:1.5em}
@@ -21,7 +21,7 @@ table{border-collapse:collapse}td{padding:.1rem .6rem .1rem 0}
 <form id="form">
 <label>Sentence<textarea id="sentence" rows="3" required></textarea></label>
 <div class="row">
-<label>Target language<select id="language">__LANGUAGES__</select></label>
+__LANGUAGES__
 <label>N-best (hypotheses; 1: the best only)
 <input id="nbest" type="number" min="1" max="__BEAM__" value="1"></label>
 <label>Beam<input id="beam" type="number" min="1" max="64" value="__BEAM__"></label>
@@ -81,11 +81,13 @@ def html_page(name, version, engine, beam_size, languages, api_keys):
     """The page of a model: its name and version, what serves it, the run's beam, its
     target languages (a run of one pair: none to choose), an API key field if keys are on."""
     options = "".join(f"<option>{html.escape(language)}</option>" for language in languages)
+    choice = (f'<label>Target language<select id="language">{options}</select></label>'
+              if languages else "")
     key = ('<label>API key<input id="key" type="password" autocomplete="off"></label>'
            if api_keys else "")
     values = {"__NAME__": html.escape(name), "__VERSION__": html.escape(str(version)),
               "__ENGINE__": html.escape(engine), "__BEAM__": str(int(beam_size)),
-              "__LANGUAGES__": options or "<option>(the run's)</option>", "__KEY__": key,
+              "__LANGUAGES__": choice, "__KEY__": key,
               "__MODEL__": json.dumps(name), "__MULTI__": json.dumps(bool(languages))}
     text = TEMPLATE
     for placeholder, value in values.items():
@@ -95,6 +97,6 @@ def html_page(name, version, engine, beam_size, languages, api_keys):
 
 def for_model(served):
     """The page of a `ServedModel`."""
-    return html_page(served.name, served.version, served.engines.describe(),
+    return html_page(served.name, served.version, served.engines.describe(folder=False),
                      served.table["serving_default"].input("beam_size").default,
                      served.languages, served.access.on)
