@@ -17,16 +17,18 @@ REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
 PAIRS = 160  # 120 training pairs (the last 40 are the dev set)
 
 
-def student_flags(output_dir, *extra):
+def student_flags(output_dir, *extra, tune=False):
     """A tiny student, decoded and trained in float32 (the same bytes on every CPU class);
     search batches of 4 sentences, i.e. windows of 64 lines: 2 windows for 120 sources. One
     layer each side (half the graph each student training traces), and no best.keras (a model
-    file written at each improving evaluation: tests/test_early_stopping.py checks it)."""
+    file written at each improving evaluation: tests/test_early_stopping.py checks it). Not
+    tuned at the end unless `tune` (tests/test_tune.py checks the tuning itself)."""
     return ["--output-dir", str(output_dir), "--preset", RUNTIME_PRESET, "--vocab-size", "300",
             "--tokens-per-batch", "256", "--warmup-steps", "20", "--train-steps", "4",
             "--checkpoint-steps", "2", "--eval-steps", "4", "--verbose", "0",
             "--precision", "float32", "--teacher-precision", "float32",
-            "--teacher-batch-size", "4", "--no-keep-best", "--num-layers", "1", *extra]
+            "--teacher-batch-size", "4", "--no-keep-best", "--num-layers", "1",
+            *([] if tune else ["--no-tune"]), *extra]
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,10 @@ def test_a_killed_distillation_ends_with_the_same_corpus_and_the_student_trains_
         teacher, tmp_path, capsys, graph_optimizer_on):  # this process's lines as the child's
     from keras_transformer.runs import Run
 
+    from keras_transformer.runs.choices import TRIES
+
     whole, killed = Run(tmp_path / "whole"), Run(tmp_path / "killed")
-    assert distill("--teacher", teacher, *student_flags(whole.directory)) == 0
+    assert distill("--teacher", teacher, *student_flags(whole.directory, tune=True)) == 0
     corpus = whole.distilled_path("train", "de")
     lines = corpus.read_text(encoding="utf-8").splitlines()
     assert len(lines) == PAIRS - 40 and all(lines), "the teacher said nothing"
@@ -68,6 +72,7 @@ def test_a_killed_distillation_ends_with_the_same_corpus_and_the_student_trains_
         "".join(line + "\n" for line in
                 (teacher.parent / "corpus" / "dev.tgt").read_text(encoding="utf-8").splitlines())
     assert whole.has_model()
+    assert TRIES in whole.decoding(), "the student was not tuned on its dev set"
 
     # Killed while the teacher translates: the config with its record is there, the corpus not.
     record = killed.distilled_path("train", "de").with_name("train.de.partial.json")
@@ -165,33 +170,36 @@ def test_the_teachers_search_is_its_saved_choice_and_several_teachers_decode_as_
         teacher, tmp_path):
     import shutil
 
-    from keras_transformer.runs import Run
-    from keras_transformer.tasks.distill import AssembledEnsemble, TranslationJob
+    from keras_transformer.runs import Run, open_run
+    from keras_transformer.tasks.distill import (AssembledEnsemble, open_teachers, record,
+                                                 teacher_decoder)
 
     first, second = tmp_path / "a", tmp_path / "b"
     for copy in (first, second):
         shutil.copytree(teacher, copy)
     Run(first).save_decoding(beam_size=3, alpha=1.0, chosen_by="a test, on val")
 
-    job = TranslationJob([str(first)], None, None, 8, "float32")
-    decoding = job.record()["teacher_decoding"]
+    def recorded(teachers, **search):
+        teacher = open_teachers([open_run(path) for path in teachers])
+        decoder = teacher_decoder(teacher, dict(batch_size=8, precision="float32", **search))
+        return teacher, record(teachers, decoder)
+
+    decoding = recorded([str(first)])[1]["teacher_decoding"]
     assert (decoding["beam_size"], decoding["alpha"], decoding["chosen_by"]) == (
         3, 1.0, "a test, on val")
     assert decoding["origins"] == {"model": "default", "beam_size": "run", "alpha": "run"}
-    assert TranslationJob([str(first)], 2, None, 8, "float32").record()[
-        "teacher_decoding"]["beam_size"] == 2  # --beam overrides the choice
+    assert recorded([str(first)], beam_size=2)[1]["teacher_decoding"]["beam_size"] == 2
 
     # Runs given together: one ensemble, never chosen for as a whole (the defaults decode).
-    both = TranslationJob([str(first), str(second)], None, None, 8, "float32")
-    assert isinstance(both.teacher, AssembledEnsemble) and len(both.teacher.members) == 2
-    record = both.record()
-    assert record["teachers"] == [str(first), str(second)]
-    assert sorted(record["teacher_config_sha256"]) == [str(first), str(second)]
-    assert record["teacher_decoding"]["beam_size"] == 4
-    assert record["teacher_decoding"]["models"] == [str(first / "model.keras"),
-                                                    str(second / "model.keras")]
+    both, record_of_both = recorded([str(first), str(second)])
+    assert isinstance(both, AssembledEnsemble) and len(both.members) == 2
+    assert record_of_both["teachers"] == [str(first), str(second)]
+    assert sorted(record_of_both["teacher_config_sha256"]) == [str(first), str(second)]
+    assert record_of_both["teacher_decoding"]["beam_size"] == 4
+    assert record_of_both["teacher_decoding"]["models"] == [str(first / "model.keras"),
+                                                            str(second / "model.keras")]
     # The mean of a model's probabilities with its own copy is that model's: the same search.
     sources = (teacher.parent / "corpus" / "train.src").read_text(encoding="utf-8").split("\n")
     options = dict(beam_size=4, alpha=0.6, precision="float32")
-    assert run_engine(both.teacher, **options).translate(sources[:8]) == \
+    assert run_engine(both, **options).translate(sources[:8]) == \
         run_engine(Run(first), **options).translate(sources[:8])

@@ -328,7 +328,8 @@ def test_a_student_learns_one_pair_of_a_teacher_of_several(multi_run, two_corpor
     run_dir, _ = multi_run
     student = tmp_path / "student"
     flags = ["distill", "--teacher", str(run_dir), "--output-dir", str(student), "--preset",
-             RUNTIME_PRESET, "--beam", "1", "--teacher-precision", "float32", "--verbose", "0"]
+             RUNTIME_PRESET, "--beam", "1", "--teacher-precision", "float32", "--verbose", "0",
+             "--no-tune"]
     assert cli.main(flags) == 2
     assert "translates into fr, de: name the pair" in capsys.readouterr().err
     assert cli.main(flags + ["--tgt-lang", "cs"]) == 2

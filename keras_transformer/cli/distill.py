@@ -20,7 +20,8 @@ def register(commands):
         "and the teacher's dev set into the student run (OUTPUT_DIR/distilled/), records the "
         "teachers in the student's config, and trains the student on it with the settings "
         "below (by default the multi30k-tiny preset, the teacher's vocabulary size and "
-        "max_length). Every stage resumes: run the same command again after a stop. "
+        "max_length), then tunes it on its dev set as train does (--no-tune skips that). "
+        "Every stage resumes: run the same command again after a stop. "
         "A teacher whose own training or dev files have no sentence pair to read is refused "
         "before anything is written. Exit status 75 as for train (preempted after a "
         "checkpoint).",
@@ -34,6 +35,10 @@ def register(commands):
         "defaults)"), DISTILL)
     parser.add_argument("--config", help="YAML or JSON file with the student's settings (as "
                         "for train; the data and languages are distillation's)")
+    parser.add_argument("--no-tune", action="store_true",
+                        help="skip the student's tuning at the end: by default it then chooses "
+                        "its weights, alpha and repetition controls on its dev set (the "
+                        "teacher's, copied), as train does (STUDENT/decoding.json)")
     parser.add_argument("--continue-stopped", action="store_true",
                         help="train on a student that stopped early, as train "
                         "--continue-stopped does")
@@ -65,5 +70,5 @@ def _distill(args):
     from keras_transformer.tasks.distill import distill
 
     summary = distill(args.teacher, requested, **given_flags(args, DISTILL),
-                      continue_stopped=args.continue_stopped)
+                      continue_stopped=args.continue_stopped, tune=not args.no_tune)
     print(json.dumps(summary))

@@ -78,38 +78,12 @@ def _train(args, config_class):
     multiworker = config.strategy == "multiworker" or "TF_CONFIG" in os.environ
     lock = Run(config.output_dir).lock("training", create=True)
     with contextlib.nullcontext() if multiworker else lock:
+        from keras_transformer.tasks import stages
         from keras_transformer.training.trainer import train
 
         summary = train(config, continue_stopped=args.continue_stopped)
         if not (args.no_tune or multiworker):
-            _tune(Run(config.output_dir), "model" in summary, config.verbose > 0)
-
-
-def _tune(run, trained, progress):
-    """The `tune` stage on the run's dev set, after training: said, and skipped where the run
-    has no dev set or a tuned choice that no training has changed since."""
-    import logging
-
-    from keras_transformer.runs.choices import TRIES
-    from keras_transformer.tasks import stages
-    from keras_transformer.tasks.tuning import VAL_SENTENCES
-    from pipelines import datasets
-
-    config = run.config
-    if not datasets.has_split(config.dataset, "dev", **config.data_arguments()):
-        print("tune: no dev set, so the run decodes with the defaults (keras-transformer tune "
-              f"--run-dir {run.directory} --src DEV.src --ref DEV.tgt chooses on given "
-              "sentences)", flush=True)
-        return
-    if not trained and TRIES in run.decoding():
-        print(f"tune: {run.decoding_path} holds a choice made since the last training "
-              f"(keras-transformer tune --run-dir {run.directory} makes it again)", flush=True)
-        return
-    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # each search traced: meant
-    each = " of each pair" if config.target_languages else ""
-    print(f"tune: choosing the weights, alpha and repetition controls on the run's dev set "
-          f"(the first {VAL_SENTENCES} sentences{each}; --no-tune skips this)", flush=True)
-    stages.tune(run, progress=progress)
+            stages.tune_trained(Run(config.output_dir), "model" in summary, config.verbose > 0)
 
 
 def _prepare(args, config_class):

@@ -4,39 +4,42 @@ training sources, and a student trains on those translations instead of the refe
     summary = distill(["runs/multi30k-en-de-full"],           # a run, or an ensemble's
                       make_config(output_dir="runs/student"))  # the student's settings
 
-Three stages, each resumable by running the same call again:
+The request (the teachers, the student's settings, the teacher's search) is resolved once,
+into a `Distillation`, before anything is written: the teacher opened, its search decided, the
+student's config made with the record of the teachers. Then three stages, each resumable by
+running the same call again:
 
-1. The corpus. The teacher's training sources (the pairs its own training read, the source
-   side) and its dev set with the references are copied into the student run
-   (`Run.distilled_path`: distilled/train.SRC, distilled/dev.SRC, distilled/dev.TGT), once.
+1. The corpus. The student's config is written first (it records the teachers), then the
+   teacher's training sources (the pairs its own training read, the source side) and its dev
+   set with the references are copied into the student run (`Run.distilled_path`:
+   distilled/train.SRC, distilled/dev.SRC, distilled/dev.TGT), once.
 2. The translation. The teacher translates distilled/train.SRC into distilled/train.TGT with
-   its saved decoding choice (decoding.json: model, beam, alpha; `--beam`/`--alpha` override),
-   window by window through the resumable file job of `translate --output`
-   (`decoding.jobs.streaming`): a killed distillation goes on after the windows done and ends
-   with the same bytes as an uninterrupted one. Several teacher runs are decoded as one
-   ensemble (the mean of their probabilities, `models.Ensemble`); an ensemble assembled here
-   has no saved choice, so it decodes with the defaults unless `--beam`/`--alpha` say
-   otherwise.
+   its saved decoding choice (decoding.json: model, beam, alpha; `--beam`/`--alpha` override)
+   through the file job of `translate --output` (`decoding.jobs.streaming.translate_file`):
+   a killed distillation goes on after the windows done and ends with the same bytes as an
+   uninterrupted one. Several teacher runs are decoded as one ensemble (the mean of their
+   probabilities, `models.Ensemble`); an ensemble assembled here has no saved choice, so it
+   decodes with the defaults unless `--beam`/`--alpha` say otherwise.
 3. The training. The student is an ordinary run on dataset "text" (the files above) with its
    own settings: the `STUDENT_PRESET` unless a preset is given, its own vocabulary of the
-   teacher's size, the teacher's languages and max_length. It trains and resumes as `train`
-   does (`training.trainer.train`).
+   teacher's size, the teacher's languages and max_length. It is trained, resumed and then
+   tuned on its dev set by the stages of every run (`tasks.stages`: `train`, then
+   `tune_trained` as at the end of `keras-transformer train`).
 
 The student's config.json records the teachers (absolute directories), the sha256 of each
-decoded run's config.json and the decoding used (the `distill` section of `TrainConfig`), and is
-written before the translation starts; a teacher whose own text files have no pair to read
-(`check_corpus`) is refused before it. A student that resumes keeps that record: once its
-corpus is complete the teachers are not read again; while it is not, the teachers must still
-be the recorded ones, decoding as recorded (RunError otherwise: a corpus is made by one
-teacher).
+decoded run's config.json and the decoding used (the `distill` section of `TrainConfig`); a
+teacher whose own text files have no pair to read (`check_corpus`) is refused before it is
+written. A student that resumes keeps that record: once its corpus is complete the teachers
+are not opened again; while it is not, the teachers must still be the recorded ones, decoding
+as recorded (RunError otherwise: a corpus is made by one teacher).
 """
 
+import dataclasses
 import os
-import pathlib
 import sys
 
 from keras_transformer.errors import ConfigError, RunError
-from keras_transformer.runs import EnsembleRun, Run, open_run
+from keras_transformer.runs import EnsembleRun, Run, TrainConfig, open_run
 from keras_transformer.runs.parent import config_digest
 
 # The student's preset when none is given: the smallest Multi30k preset (Wu et al.'s
@@ -53,11 +56,10 @@ DECIDED = ("dataset", "src_lang", "tgt_lang", "train_src", "train_tgt", "dev_src
 INHERITED = ("vocab_size", "max_length")
 RECORD = ("teachers", "teacher_config_sha256", "teacher_decoding")
 DISTILL = "distill"  # the source of a value distillation set, in the effective config
-JOB = "distill"  # the job's name in the translation's resumable record
 
 
 def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
-            precision=None, continue_stopped=False, log=None):
+            precision=None, continue_stopped=False, tune=True, log=None):
     """Distills `teachers` into the student run `requested.output_dir`, or continues a
     distillation stopped at any stage.
 
@@ -71,48 +73,104 @@ def distill(teachers, requested, *, beam_size=None, alpha=None, batch_size=None,
         precision: what the teacher's search computes in ("auto", "float32", "bfloat16");
             None: auto. These four are checked as the decoding request checks them.
         continue_stopped: train on a student that stopped early (`training.trainer.train`).
+        tune: then choose the student's weights, alpha and repetition controls on its dev
+            set, as `train` does (`tasks.stages.tune_trained`).
         log: where progress lines go (default standard error).
 
     Returns:
         the training summary (`training.trainer.train`) with "corpus": the distilled files.
     """
-    log = log or sys.stderr
-    teachers = [os.path.abspath(path) for path in teachers]
+    from keras_transformer.tasks import stages
+
+    search = dict(beam_size=beam_size, alpha=alpha, batch_size=batch_size, precision=precision)
+    student = Run(requested.output_dir)
+    runs, target = checked_request(teachers, requested, student)
+    with student.lock("distillation", create=True):
+        plan = Distillation.resolve(runs, target, requested, student, search)
+        plan.make_corpus(log or sys.stderr)
+        summary = stages.train(plan.config, continue_stopped=continue_stopped)
+        if tune:
+            stages.tune_trained(student, "model" in summary, plan.config.verbose > 0)
+    return {**summary, "corpus": {name: str(path) for name, path in plan.corpus.items()}}
+
+
+@dataclasses.dataclass
+class Distillation:
+    """A distillation request resolved: what the student trains with and, while its corpus is
+    not complete, the teacher that makes it.
+
+    Attributes:
+        student: the student `Run`.
+        config: the student's config (its data: the distilled corpus; the teachers' record).
+        corpus: {name: path} of the student's corpus files (`corpus_files`).
+        teacher: the teacher run (or ensemble) that translates; None once the corpus is
+            complete.
+        decoder: the teacher's `decoding.decoder.Decoder`; None with `teacher`.
+        target: a teacher of several target languages: the one it translates into.
+    """
+
+    student: Run
+    config: TrainConfig
+    corpus: dict
+    teacher: Run = None
+    decoder: object = None
+    target: str = None
+
+    @classmethod
+    def resolve(cls, runs, target, requested, student, search):
+        """The request resolved under the student's lock (`checked_request` first): the
+        teachers' opened `runs`, the `target` of a teacher of several, the student's
+        `requested` settings, its `Run`, the teacher's `search` ({option: value or None}).
+        ConfigError or RunError before anything is written."""
+        teachers = [str(run.directory) for run in runs]
+        saved = _saved_student(student, teachers)
+        teacher = decoder = recorded = None
+        if saved is None or not _target(student, saved).is_file():  # the corpus to make
+            teacher = open_teachers(runs)
+            decoder = teacher_decoder(teacher, search, target)
+            recorded = record(teachers, decoder)
+            if saved is not None:
+                check_recorded(saved, recorded)
+            else:  # a teacher's corpus with nothing to copy is refused before the record
+                check_corpus(teacher.config, target)
+        config = student_config(requested, student, saved or teacher.config, recorded, target)
+        return cls(student, config, corpus_files(student, config), teacher, decoder, target)
+
+    def make_corpus(self, log):
+        """Stages 1 and 2: the student's config (the record, first), the copied corpus and the
+        teacher's translation; said and skipped when the corpus is complete."""
+        target = self.corpus["train_tgt"]
+        if self.teacher is None:
+            print(f"distill: the corpus in {target.parent} is complete; training the student",
+                  file=log, flush=True)
+            return
+        from keras_transformer.decoding.jobs.streaming import translate_file
+
+        self.config = self.student.save_config(self.student.config_for(self.config))
+        copy_corpus(self.teacher.config, self.corpus, self.target)
+        print(f"distill: the teacher translates its training sources into {target}",
+              file=log, flush=True)
+        translate_file(self.decoder, str(self.corpus["train_src"]), str(target), log=log)
+
+
+def checked_request(teachers, requested, student):
+    """The refusals that need no lock: no teacher, a student that is a teacher, settings that
+    distillation decides (`DECIDED`). Returns the teachers' runs (opened, not checked: see
+    `open_teachers`) and the pair a teacher of several translates into (`teachers_target`)."""
     if not teachers:
         raise ConfigError("distillation needs at least one teacher run.")
-    target = teachers_target(teachers, requested)  # a teacher of several: the pair
+    runs = [open_run(os.path.abspath(path)) for path in teachers]
+    if student.directory.resolve() in [run.directory for run in runs]:
+        raise ConfigError(f"{student.directory} is a teacher: give the student another "
+                          "output directory.")
+    target = teachers_target(runs, requested)
     refused = sorted(key for key in DECIDED if key in requested.sources
                      and not (key == "tgt_lang" and target is not None))
     if refused:
         raise ConfigError(f"distillation decides {', '.join(refused)} for the student (it "
                           "trains on the teacher's translations, in the teacher's languages): "
                           "leave them out of the config.")
-    student = Run(requested.output_dir)
-    if any(pathlib.Path(path) == student.directory.resolve() for path in teachers):
-        raise ConfigError(f"{student.directory} is a teacher: give the student another "
-                          "output directory.")
-    with student.lock("distillation", create=True):
-        saved = _saved_student(student, teachers)
-        if saved is not None and _target(student, saved).is_file():
-            print(f"distill: the corpus in {_target(student, saved).parent} is complete; "
-                  "training the student", file=log, flush=True)
-            config = student_config(requested, student, saved)
-        else:
-            job = TranslationJob(teachers, beam_size, alpha, batch_size, precision, target)
-            if saved is not None:
-                job.check_recorded(saved)
-            else:  # a teacher's corpus with nothing to copy is refused before the record
-                check_corpus(job.teacher.config, target)
-            config = student_config(requested, student, saved or job.teacher.config,
-                                    job.record(), target)
-            config = student.save_config(student.config_for(config))  # the record, first
-            copy_corpus(job.teacher.config, student, config, target)
-            job.translate(student, config, log)
-        corpus = {name: str(path) for name, path in corpus_files(student, config).items()}
-        from keras_transformer.training.trainer import train
-
-        summary = train(config, continue_stopped=continue_stopped)
-    return {**summary, "corpus": corpus}
+    return runs, target
 
 
 def _saved_student(student, teachers):
@@ -147,15 +205,14 @@ def corpus_files(student, config):
     return files
 
 
-def teachers_target(teachers, requested):
+def teachers_target(runs, requested):
     """The pair a student of a teacher of several target languages learns: the student's
     `--tgt-lang`, one of the teacher's (ConfigError naming them otherwise); None for one-pair
-    teachers. Checked before anything is written."""
+    teachers (and directories that are not runs: `open_teachers` refuses those)."""
     targets = None
-    for path in teachers:
-        teacher = open_run(path)
-        if teacher.is_run() and teacher.config.target_languages is not None:
-            targets = teacher.config.target_languages
+    for run in runs:
+        if run.is_run() and run.config.target_languages is not None:
+            targets = run.config.target_languages
     if targets is None:
         return None
     if "tgt_lang" not in requested.sources or isinstance(requested.tgt_lang, list):
@@ -213,15 +270,14 @@ def check_corpus(teacher_config, target=None):
                                  **teacher_config.data_arguments(target))
 
 
-def copy_corpus(teacher_config, student, config, language=None):
-    """Copies the teacher's training sources and its dev pairs into the student run (the
-    files `corpus_files` names), each once: a file already there is the corpus and is kept
-    (the translation's resumable record knows it by its identity). Pairs are read as the
-    teacher's training read them (`pipelines.datasets.load_pairs`: pairs with an empty side
-    left out), through tf.data a chunk at a time."""
+def copy_corpus(teacher_config, files, language=None):
+    """Copies the teacher's training sources and its dev pairs into the student's corpus
+    `files` (`corpus_files`), each once: a file already there is the corpus and is kept (the
+    translation's resumable record knows it by its identity). Pairs are read as the teacher's
+    training read them (`pipelines.datasets.load_pairs`: pairs with an empty side left out),
+    through tf.data a chunk at a time."""
     from pipelines import datasets
 
-    files = corpus_files(student, config)
     jobs = [("train", files["train_src"], None)]
     if "dev_src" in files:
         jobs.append(("dev", files["dev_src"], files["dev_tgt"]))
@@ -230,8 +286,7 @@ def copy_corpus(teacher_config, student, config, language=None):
             continue
         pairs = datasets.load_pairs(teacher_config.dataset, split,
                                     **teacher_config.data_arguments(language))
-        outputs = [path for path in (source, target) if path is not None]
-        _write_sides(pairs, outputs)
+        _write_sides(pairs, [path for path in (source, target) if path is not None])
 
 
 def _write_sides(pairs, paths):
@@ -252,19 +307,17 @@ def _write_sides(pairs, paths):
             handle.close()  # before the atomic rename
 
 
-def open_teachers(teachers):
-    """The teacher to decode with: the run (or ensemble run) of one directory, or the
-    ensemble of several runs' models. RunError names a directory that is not a run."""
-    runs = []
-    for path in teachers:
-        run = open_run(path)
+def open_teachers(runs):
+    """The teacher to decode with, of the teachers' opened `runs`: the run (or ensemble run)
+    of one directory, or the ensemble of several runs' models. RunError names a directory
+    that is not a trained run."""
+    for run in runs:
         if not run.is_run():
-            raise RunError(f"teacher {path} is not a training run directory (no "
+            raise RunError(f"teacher {run.directory} is not a training run directory (no "
                            f"{Run.CONFIG}) nor an ensemble's (no members/ of runs).")
         if not run.has_model():
-            raise RunError(f"teacher {path} has no trained model ({Run.MODEL}): train it to "
-                           "the end first.")
-        runs.append(run)
+            raise RunError(f"teacher {run.directory} has no trained model ({Run.MODEL}): train "
+                           "it to the end first.")
     if len(runs) == 1:
         return runs[0]
     members = [member for run in runs
@@ -280,83 +333,45 @@ class AssembledEnsemble(EnsembleRun):
         return {}
 
 
-class TranslationJob:
-    """The teacher translating the student's training sources: the decoding request (the
-    teacher's saved choice, or the overrides), its record for the student's config, and the
-    resumable file job of `translate --output`.
+def teacher_decoder(teacher, search, target=None):
+    """The teacher's decoder: the `search` values given ({option: value}, None: not given),
+    the rest from its saved choice, else the defaults; checked as the decoding request checks
+    them. `target`: the language a teacher of several translates into."""
+    from keras_transformer.decoding.decoder import Decoder
+    from keras_transformer.runs.settings import GIVEN
 
-    Args:
-        teachers: the teacher directories as given (absolute).
-        beam_size, alpha: overrides of the teacher's saved choice (None: the choice).
-        batch_size: sentences per search batch (None: the request's default).
-        precision: "auto", "float32" or "bfloat16" (None: auto).
-        target: a teacher of several target languages: the one it translates into.
-    """
+    given = {name: value for name, value in {**search, "target_language": target}.items()
+             if value is not None}
+    return Decoder.resolve(teacher, given, GIVEN)
 
-    def __init__(self, teachers, beam_size=None, alpha=None, batch_size=None, precision=None,
-                 target=None):
-        from keras_transformer.decoding.decoder import Decoder
-        from keras_transformer.runs.settings import GIVEN
 
-        self.teachers = teachers
-        self.teacher = teacher = open_teachers(teachers)
-        given = {name: value for name, value in (("beam_size", beam_size), ("alpha", alpha),
-                                                 ("batch_size", batch_size),
-                                                 ("precision", precision),
-                                                 ("target_language", target))
-                 if value is not None}
-        self.decoder = Decoder.resolve(teacher, given, GIVEN)  # checks the values
-        self.request = self.decoder.request
-        self.precision = self.decoder.precision[0]
-        runs = teacher.members if isinstance(teacher, EnsembleRun) else [teacher]
-        self.digests = {str(run.directory.resolve()): config_digest(run) for run in runs}
-        model = self.decoder.model_file()[0]
-        self.models = [model] if model is not None else [run.model_file() for run in runs]
+def record(teachers, decoder):
+    """What the student's config records of the teachers (`RECORD`'s keys): their
+    directories, the sha256 of each decoded run's config.json, and the decoding (the model
+    files, beam, alpha, extra length, precision and where each came from)."""
+    teacher, request = decoder.run, decoder.request
+    runs = teacher.members if isinstance(teacher, EnsembleRun) else [teacher]
+    model = decoder.model_file()[0]
+    models = [model] if model is not None else [run.model_file() for run in runs]
+    decoding = {"models": [str(path.resolve()) for path in models],
+                "beam_size": request.beam_size, "alpha": float(request.alpha),
+                "extra_length": request.extra_length, "precision": decoder.precision[0],
+                "origins": {name: decoder.source(name) for name in ("model", "beam_size", "alpha")},
+                "chosen_by": decoder.chosen_by}
+    return {"teachers": list(teachers),
+            "teacher_config_sha256": {str(run.directory.resolve()): config_digest(run)
+                                      for run in runs},
+            "teacher_decoding": decoding}
 
-    def record(self):
-        """What the student's config records of the teachers (`RECORD`'s keys)."""
-        request, decoder = self.request, self.decoder
-        decoding = {"models": [str(path.resolve()) for path in self.models],
-                    "beam_size": request.beam_size, "alpha": float(request.alpha),
-                    "extra_length": request.extra_length, "precision": self.precision,
-                    "origins": {name: decoder.source(name)
-                                for name in ("model", "beam_size", "alpha")},
-                    "chosen_by": decoder.chosen_by}
-        return {"teachers": list(self.teachers), "teacher_config_sha256": dict(self.digests),
-                "teacher_decoding": decoding}
 
-    def check_recorded(self, saved):
-        """RunError unless the teachers decode as the student recorded when its corpus was
-        started (the same configs, model files, beam, alpha and precision)."""
-        record = self.record()
-        for key, what in (("teacher_config_sha256", "their config.json files (sha256)"),
-                          ("teacher_decoding", "their decoding")):
-            if getattr(saved, key) != record[key]:
-                raise RunError(
-                    f"the teachers changed since {saved.output_dir} recorded them ({what}: "
-                    f"recorded {getattr(saved, key)}, now {record[key]}); its corpus is "
-                    "unfinished and must come from one teacher: decode as recorded (the same "
-                    "beam, alpha and precision), or distill into a new output directory.")
-
-    def translate(self, student, config, log):
-        """Translates the student's train.SRC into train.TGT, resumably; returns the lines."""
-        from keras_transformer.decoding.jobs.resumable import file_identity
-        from keras_transformer.decoding.jobs.streaming import job_identity, stream_lines, window_size
-
-        decoder = self.decoder
-        engine = decoder.engine()
-        print("distill: the teacher's translation of its training sources: "
-              + decoder.describe(), file=log, flush=True)
-
-        def decode_rows(rows, numbers, progress):
-            return [[text] for text in engine.translate([row[0] for row in rows],
-                                                        progress=progress)]
-
-        # The request's identity, and what it cannot see of an ensemble: the members' configs
-        # and weights.
-        identity = job_identity(decoder, job=JOB, teacher_config_sha256=self.digests,
-                                models=[file_identity(path) for path in self.models])
-        files = corpus_files(student, config)
-        return stream_lines(decode_rows, [str(files["train_src"])], str(files["train_tgt"]),
-                            window=window_size(decoder.request.batch_size), identity=identity,
-                            progress_desc="distilling")
+def check_recorded(saved, recorded):
+    """RunError unless the teachers decode as the student recorded when its corpus was
+    started (the same configs, model files, beam, alpha and precision)."""
+    for key, what in (("teacher_config_sha256", "their config.json files (sha256)"),
+                      ("teacher_decoding", "their decoding")):
+        if getattr(saved, key) != recorded[key]:
+            raise RunError(
+                f"the teachers changed since {saved.output_dir} recorded them ({what}: "
+                f"recorded {getattr(saved, key)}, now {recorded[key]}); its corpus is "
+                "unfinished and must come from one teacher: decode as recorded (the same "
+                "beam, alpha and precision), or distill into a new output directory.")

@@ -8,12 +8,13 @@
     saved_model, ct2_folder = export(run, "saved_models", "name")
     outputs = show(saved_model, decoder.request, ["A dog runs."])
 
-`tune` is `keras-transformer tune` (and the end of `keras-transformer train`): the weights
-(the final ones, averages of the last checkpoints, best.keras), then the length penalty and the
-repetition controls with them (`tasks/tuning.py`), chosen on dev sentences and saved in the
-run with every try (decoding.json, `runs/choices.py`), where translate, evaluate and export
-find them. The main job (`tasks/main_job.py`) is these stages in a row; a distilled student
-(`tasks/distill.py`) is trained and tuned by them too.
+`tune` is `keras-transformer tune` (and, as `tune_trained`, the end of `keras-transformer
+train` and `distill`): the weights (the final ones, averages of the last checkpoints,
+best.keras), then the length penalty and the repetition controls with them
+(`tasks/tuning.py`), chosen on dev sentences and saved in the run with every try
+(decoding.json, `runs/choices.py`), where translate, evaluate and export find them. The main
+job (`tasks/main_job.py`) is these stages in a row; a distilled student (`tasks/distill.py`)
+is trained and tuned by them too.
 """
 
 import contextlib
@@ -231,6 +232,32 @@ def _tune(run, dev, beam, chosen_by, name, bar):
     say(f"chosen: alpha {search['alpha']}, repetition {figures['repetition']} -> "
         f"{run.decoding_path}")
     return Tuning(model, weights, scores, figures, choice)
+
+
+def tune_trained(run, trained, progress=True):
+    """The `tune` stage on the run's dev set after its training (`train` and `distill` end
+    with it): said, and skipped where the run has no dev set or a tuned choice that no
+    training has changed since (`trained`: this training saved a model)."""
+    import logging
+
+    from keras_transformer.runs.choices import TRIES
+    from pipelines import datasets
+
+    config = run.config
+    if not datasets.has_split(config.dataset, "dev", **config.data_arguments()):
+        print("tune: no dev set, so the run decodes with the defaults (keras-transformer tune "
+              f"--run-dir {run.directory} --src DEV.src --ref DEV.tgt chooses on given "
+              "sentences)", flush=True)
+        return None
+    if not trained and TRIES in run.decoding():
+        print(f"tune: {run.decoding_path} holds a choice made since the last training "
+              f"(keras-transformer tune --run-dir {run.directory} makes it again)", flush=True)
+        return None
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # each search traced: meant
+    each = " of each pair" if config.target_languages else ""
+    print(f"tune: choosing the weights, alpha and repetition controls on the run's dev set "
+          f"(the first {VAL_SENTENCES} sentences{each}; --no-tune skips this)", flush=True)
+    return tune(run, progress=progress)
 
 
 def evaluate(run, texts, engine=None, split="test", key="test2016", target=None):

@@ -298,13 +298,17 @@ def keras_backend():
 
 def job_identity(decoder, **extra):
     """What decides a job's output lines, beside its inputs: the request's values, the run,
-    the backend, the resolved precision and the weights' file identity (`extra`: more, such
-    as an output format). A partial output written with anything else is started over."""
+    the backend, the resolved precision and the weights' file identity (an ensemble's: each
+    member's; `extra`: more, such as an output format). A partial output written with anything else is started over."""
     request = decoder.request
     weights = (decoder.ctranslate2_folder() / "model.bin" if request.engine == "ctranslate2"
                else decoder.model_file()[0])
-    return {"command": decoder.command, "backend": keras_backend(),
-            "options": {**request.recorded(), **extra},
-            "run_dir": str(decoder.run.directory.resolve()),
-            "precision": decoder.precision[0],
-            "weights": file_identity(weights) if weights and weights.is_file() else None}
+    identity = {"command": decoder.command, "backend": keras_backend(),
+                "options": {**request.recorded(), **extra},
+                "run_dir": str(decoder.run.directory.resolve()),
+                "precision": decoder.precision[0],
+                "weights": file_identity(weights) if weights and weights.is_file() else None}
+    if weights is None and hasattr(decoder.run, "members"):  # an ensemble: its members' weights
+        identity["member_weights"] = [file_identity(member.model_file())
+                                      for member in decoder.run.members]
+    return identity
