@@ -164,8 +164,9 @@ def main(argv=None):
                     "--checkpoint-minutes", QUICK["checkpoint_minutes"],
                     "--keep-checkpoints", QUICK["keep_checkpoints"]]
         beam = [] if args.teacher_beam is None else ["--beam", args.teacher_beam]
+        # (--no-tune: the student's choices are the demo's, made below as the docs record)
         command("distill", "--teacher", teacher, "--output-dir", student, *beam, *settings,
-                log=log)
+                "--no-tune", log=log)
         distill_minutes = (time.monotonic() - started) / 60
         choice = student_choice(student)
         test = scores(student, "test", student / "hyp.test2016.beam4.txt")
