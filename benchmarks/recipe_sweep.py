@@ -47,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tf_common  # noqa: E402,F401  (first: sets Keras' backend, quiets TensorFlow)
-from common import append_result, emit  # noqa: E402
+from common import _commit, append_result, emit  # noqa: E402
 from flops import matmul_params  # noqa: E402
 
 from keras_transformer.hardware import describe_cpu  # noqa: E402
@@ -288,13 +288,15 @@ def sweep(names, args):
     results_path = output / "results.jsonl"
     done = read_results(results_path)
     seeds = [DEFAULT_SEED + i for i in range(args.seeds)]
+    commit = _commit()  # of the code this process runs, whatever is committed meanwhile
     for seed in seeds:
         for name in names:
             if (name, args.steps, seed) in done:
                 continue
             while (output / "PAUSE").exists():
                 time.sleep(5)
-            record = run_setting(name, args.steps, seed, output, args.val_sentences)
+            record = dict(run_setting(name, args.steps, seed, output, args.val_sentences),
+                          commit=commit)
             # One complete line per finished run, with the date, commit and CPU class; the
             # file is rewritten whole through the project's atomic writer.
             done[(name, args.steps, seed)] = append_result("results", json.dumps(record),

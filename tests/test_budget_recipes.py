@@ -233,7 +233,7 @@ def test_pre_norm_reaches_every_layer_and_adds_the_final_layer_norms():
 def _regression(optimizer):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
-    model.compile(optimizer=optimizer, loss="mse")
+    model.compile(optimizer=optimizer, loss="mse", run_eagerly=True)  # no tracing: faster
     rng = np.random.default_rng(0)
     model.fit(rng.normal(size=(16, 4)), rng.normal(size=(16, 3)), batch_size=4, epochs=2,
               shuffle=False, verbose=0)

@@ -69,8 +69,9 @@ class ModelSettings(Section):
     value_dim: Optional[int] = setting(None, "d_v per head", check=positive,
                                        default_text="default d_model / h")
     dropout: Optional[float] = setting(None, "P_drop", check=fraction, default_text=_PRESET)
-    norm_first: Optional[bool] = setting(None, "pre-norm residual blocks (the paper: "
-                                         "post-norm)", default_text=_PRESET)
+    norm_first: Optional[bool] = setting(None, "pre-norm residual blocks and a final "
+                                         "LayerNorm on each stack (the paper: post-norm)",
+                                         default_text=_PRESET)
     positional: Optional[str] = setting(None, "positional encoding (the paper: sinusoidal)",
                                         choices=POSITIONAL, default_text=_PRESET)
     max_positions: Optional[int] = setting(None, "learned positional embeddings: positions in "
@@ -207,7 +208,8 @@ class OptimizationSettings(Section):
         "peak held, then a linear cooldown over the last cooldown_fraction of the steps)",
         choices=LR_SCHEDULES, saved_if=_when_set)
     peak_lr: Optional[float] = setting(
-        None, "the learning rate at the end of the warmup, before lr_scale", check=positive,
+        None, "the learning rate at the end of the warmup (lr_scale multiplies it)",
+        check=positive,
         default_text="default: the paper schedule's, (d_model * warmup_steps)^-0.5",
         saved_if=_when_set)
     cooldown_fraction: Optional[float] = setting(
