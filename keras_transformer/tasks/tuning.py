@@ -6,8 +6,8 @@ The `tune` stage (tasks/stages.py) makes them and saves them in the run
 
 Only dev sentences are used: a test set is decoded once, at the end, and only reported.
 
-Every search takes `progress`, a bar to advance (`Progress`: one bar over every try, in
-hypotheses searched, so that its rate and ETA hold across greedy and beam searches).
+Every search takes `progress`, a bar to advance by the sentences it decoded (one bar over every
+try: `tune`'s).
 """
 
 from keras_transformer.decoding.request import DEFAULTS
@@ -33,18 +33,6 @@ NEAR_TIE = 0.1
 
 def _print(line):
     print(line, flush=True)
-
-
-class Progress:
-    """A bar's view for one kind of search: each sentence searched advances the bar by
-    `weight` (the hypotheses the search keeps per sentence: 1 greedy, the beam size)."""
-
-    def __init__(self, bar, weight=1):
-        self.bar, self.weight = bar, weight
-
-    def update(self, sentences):
-        if self.bar is not None:
-            self.bar.update(sentences * self.weight)
 
 
 def beam_searches():
@@ -97,7 +85,7 @@ def choose_weights(run, sources, references, progress=None, name="val", say=_pri
         else:
             model, _ = run.average(k, every=every)
         translator = greedy_translator(model, tokenizer, config.max_length)
-        translations = translator.translate(sources, progress=Progress(progress))
+        translations = translator.translate(sources, progress=progress)
         bleu = score(translations, references)["sacrebleu"]
         results[label] = bleu
         say(f"  {name} (first {len(sources)} sentences, greedy): {label}: sacreBLEU {bleu:.2f}")
@@ -130,8 +118,8 @@ def choose_alpha(model, tokenizer, max_length, sources, references,
     searcher = _beam_searcher(model, tokenizer, max_length)
     results, best = {}, None
     for alpha in ALPHAS:
-        translations = searcher(beam_size=beam, alpha=alpha).translate(
-            sources, progress=Progress(progress, beam))
+        translations = searcher(beam_size=beam, alpha=alpha).translate(sources,
+                                                                        progress=progress)
         if outputs is not None:
             outputs[alpha] = translations
         bleu = sacrebleu.corpus_bleu(translations, [references])
@@ -184,7 +172,7 @@ def choose_repetition(model, tokenizer, max_length, sources, references, beam, a
         else:
             translations = searcher(beam_size=beam, alpha=alpha, no_repeat_ngram_size=ngram,
                                     repetition_penalty=penalty).translate(
-                sources, progress=Progress(progress, beam))
+                sources, progress=progress)
         bleu = round(sacrebleu.corpus_bleu(translations, [references]).score, 2)
         results[setting] = (bleu, stutter_count(translations, tokenizer))
         say(f"  {name} (first {len(sources)} sentences, beam {beam}, alpha {alpha}): "
