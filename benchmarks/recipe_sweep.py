@@ -3,9 +3,8 @@ steps (the same work on every machine), with one or several seeds, then decodes 
 val sentences greedily with its final weights and with the average of its last checkpoints.
 Settings are ranked on val only (test2016 is never read here).
 
+    python benchmarks/recipe_sweep.py --steps 1200 --seeds 3 --only 'quick*'  # the quick recipe
     python benchmarks/recipe_sweep.py --steps 1200 --only quick,quick-cosine --seeds 3
-    python benchmarks/recipe_sweep.py --steps 1200 --seeds 3 --only "$(python \
-        benchmarks/recipe_sweep.py --list-names quick)"          # every point of the quick recipe
     python benchmarks/recipe_sweep.py --list
 
 Runs go to OUTPUT/<setting>-<steps>[-seed<S>]/ and results to OUTPUT/results.jsonl (one line
@@ -38,6 +37,7 @@ depend on it; the minutes do).
 """
 
 import argparse
+import fnmatch
 import json
 import os
 import pathlib
@@ -241,6 +241,18 @@ def seed_spread(records):
     return table
 
 
+def chosen(only):
+    """(setting names in the order `only` gives them, patterns that match none)."""
+    if not only:
+        return list(SETTINGS), []
+    names, unknown = [], []
+    for pattern in only.split(","):
+        matched = [n for n in SETTINGS if fnmatch.fnmatchcase(n, pattern)]
+        unknown += [] if matched else [pattern]
+        names += [n for n in matched if n not in names]
+    return names, unknown
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -252,31 +264,24 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=1,
                         help=f"runs per setting, with seeds {DEFAULT_SEED}, {DEFAULT_SEED + 1}, "
                              "... (default 1)")
-    parser.add_argument("--only", help="comma-separated setting names, run in that order "
-                                       "(default: all)")
+    parser.add_argument("--only", help="comma-separated setting names or shell patterns "
+                                       "('quick*'), run in that order (default: all)")
     parser.add_argument("--output", default="runs/sweep", help="runs and results.jsonl "
                                                                "(default runs/sweep)")
     parser.add_argument("--val-sentences", type=int, default=VAL_SENTENCES,
                         help=f"val sentences decoded (default {VAL_SENTENCES}; fewer for a "
                              "smoke run)")
     parser.add_argument("--list", action="store_true", help="print the settings and stop")
-    parser.add_argument("--list-names", metavar="PREFIX",
-                        help="print the names that start with PREFIX, comma-separated, and "
-                             "stop")
     args = parser.parse_args(argv)
     if args.list:
         for name, change in SETTINGS.items():
             print(f"{name}: {dict(BASE, **change)}")
         return
-    if args.list_names is not None:
-        print(",".join(n for n in SETTINGS if n.startswith(args.list_names)))
-        return
     if args.steps < 10:
         parser.error(f"--steps must be at least 10; got {args.steps}")
     if args.seeds < 1 or args.val_sentences < 1:
         parser.error("--seeds and --val-sentences must be at least 1")
-    names = args.only.split(",") if args.only else list(SETTINGS)
-    unknown = [n for n in names if n not in SETTINGS]
+    names, unknown = chosen(args.only)
     if unknown:
         parser.error(f"unknown setting(s) {unknown}; --list shows them")
     sweep(names, args)

@@ -366,6 +366,9 @@ def test_every_sweep_point_is_a_valid_run_and_quick_is_the_demos_recipe(recipe_s
 
 
 def test_the_sweep_reads_its_results_by_setting_budget_and_seed(recipe_sweep, tmp_path):
+    names, unknown = recipe_sweep.chosen("quick-cosine,quick*,nothing*")
+    assert names[:2] == ["quick-cosine", "quick"] and len(names) == len(set(names)) > 15
+    assert all(n.startswith("quick") for n in names) and unknown == ["nothing*"]
     results = tmp_path / "results.jsonl"
     lines = [dict(setting="quick", steps=1200, val500_greedy_sacrebleu=36.0),  # no seed: 1234
              dict(setting="quick", steps=1200, seed=1235, val500_greedy_sacrebleu=35.0)]
