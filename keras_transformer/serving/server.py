@@ -103,7 +103,8 @@ def served_model(settings):
     keys = read_keys(settings.api_keys) if settings.api_keys else ()
     served = routes.ServedModel(
         settings.model_name or export_name(run.directory), settings.model_version,
-        signatures(request.beam_size, request.alpha, languages), engines,
+        signatures(request.beam_size, request.alpha, languages,
+                   request.no_repeat_ngram_size, request.repetition_penalty), engines,
         Batcher(engines.run, parameters, metrics), metrics, Access(keys, settings.rate_limit),
         settings.limits, settings.max_body_bytes, settings.rest_api_timeout_ms / 1000,
         settings.body_timeout_ms / 1000)

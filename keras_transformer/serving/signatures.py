@@ -12,7 +12,8 @@ SavedModel in TensorFlow Serving sends the same JSON here.
 `target_language` is an input only for a run of several target languages, as in its export.
 The options' dtypes and defaults come from the decoding request's declaration
 (`decoding.request.signature_input`), beam_size and alpha from the run's saved choice, as the
-export takes them; tests/test_serve_api.py holds them against a SavedModel's SignatureDefs.
+export takes them, and the repetition controls too (`serve` searches as `translate` does; the
+export's repetition inputs default to off); tests/test_serve_api.py holds them against a SavedModel's SignatureDefs.
 Declared here rather than read from an export: the server runs without TensorFlow.
 """
 
@@ -99,16 +100,19 @@ def option(name, default=None):
     return Input(name, DTYPES[kind], 0, declared if default is None else default)
 
 
-def signatures(beam_size, alpha, target_languages=None):
+def signatures(beam_size, alpha, target_languages=None, no_repeat_ngram_size=None,
+               repetition_penalty=None):
     """{name: Signature} of a run whose search defaults to `beam_size` and `alpha` (its saved
     choice, as its export's), with a target_language input where the run has several
-    `target_languages` (default: the first)."""
+    `target_languages` (default: the first). The repetition controls default to the run's
+    choice where given (as `translate` searches), else off (as the export's inputs)."""
     sentences = Input("sentences", STRING, 1)
     prefixes, constraints = Input("prefixes", STRING, 1, []), Input("constraints", STRING, 1, [])
     search = [option("beam_size", beam_size), option("alpha", float(alpha))]
     languages = ([Input("target_language", STRING, 1, [target_languages[0]],
                         per_sentence=False)] if target_languages else [])
-    repetition = [option("no_repeat_ngram_size"), option("repetition_penalty")]
+    repetition = [option("no_repeat_ngram_size", no_repeat_ngram_size),
+                  option("repetition_penalty", repetition_penalty)]
     text = {"translations": (STRING, 1), "scores": (FLOAT, 1)}
     table = (
         Signature("serving_default", SEARCH, tuple(
