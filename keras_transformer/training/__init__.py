@@ -1,8 +1,8 @@
 """Training: the paper's loss, schedule and optimizer, the callbacks, and `train()`.
 
     loss.py        label-smoothed cross-entropy (Section 5.4)
-    schedule.py    the warmup / inverse-square-root learning rate (Section 5.3)
-    optimizer.py   Adam with the paper's betas, fused
+    schedule.py    the paper's learning rate (Section 5.3); warmup, then a decay to 0
+    optimizer.py   Adam with the paper's betas, fused; clipping, a moving average
     metrics.py     masked token accuracy and perplexity
     events.py      the dev evaluations' one owner, how training ended (`Outcome`), and the
                    callbacks' order from their needs
