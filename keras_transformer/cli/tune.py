@@ -8,8 +8,8 @@ sentences and saved in the run (the `tune` stage, tasks/stages.py).
 
 from keras_transformer.cli.flags import add_run_flags
 from keras_transformer.decoding.request import DEFAULTS
-from keras_transformer.tasks.tuning import (ALPHAS, AVERAGE_CANDIDATES, VAL_SENTENCES,
-                                           beam_searches)
+from keras_transformer.tasks.tuning import (ALPHAS, AVERAGE_CANDIDATES, NEAR_TIE,
+                                           VAL_SENTENCES, beam_searches)
 
 ABOUT = (
     "Chooses how a trained run decodes, on dev sentences: first its weights with greedy "
@@ -18,8 +18,9 @@ ABOUT = (
     f"other weights), then with beam {DEFAULTS['beam_size']} the length penalty (alpha "
     f"{', '.join(map(str, ALPHAS))}), then the repetition controls with it (off, "
     "no_repeat_ngram_size 3 or 4, repetition_penalty 1.1 or 1.2), each by sacreBLEU on the "
-    "given sentences. A control is kept for BLEU only beyond 0.1 of the best; within it the "
-    "setting with the fewest stuttering outputs wins, then off. The chosen weights go to "
+    f"given sentences. Among the repetition settings within {NEAR_TIE} sacreBLEU of the best, the "
+    "one with the fewest stuttering outputs (a subword piece 4 or more times in a row) wins, "
+    "then off. The chosen weights go to "
     "RUN_DIR/averaged.keras and the choice to RUN_DIR/decoding.json with every try and its "
     "dev BLEU: translate, evaluate and export then decode with it (a flag still wins). "
     "Without --src and --ref it uses the run's own dev set; `train` runs it at its end.")
