@@ -102,7 +102,6 @@ class Distillation:
     Attributes:
         student: the student `Run`.
         config: the student's config (its data: the distilled corpus; the teachers' record).
-        corpus: {name: path} of the student's corpus files (`corpus_files`).
         teacher: the teacher run (or ensemble) that translates; None once the corpus is
             complete.
         decoder: the teacher's `decoding.decoder.Decoder`; None with `teacher`.
@@ -111,7 +110,6 @@ class Distillation:
 
     student: Run
     config: TrainConfig
-    corpus: dict
     teacher: Run = None
     decoder: object = None
     target: str = None
@@ -125,21 +123,32 @@ class Distillation:
         teachers = [str(run.directory) for run in runs]
         saved = _saved_student(student, teachers)
         teacher = decoder = recorded = None
-        if saved is None or not _target(student, saved).is_file():  # the corpus to make
+        dev = saved is not None and saved.dev_src is not None
+        made = saved is not None and student.distilled_path("train", saved.tgt_lang).is_file()
+        if not made:  # the corpus to make, by the teacher
             teacher = open_teachers(runs)
             decoder = teacher_decoder(teacher, search, target)
             recorded = record(teachers, decoder)
             if saved is not None:
                 check_recorded(saved, recorded)
             else:  # a teacher's corpus with nothing to copy is refused before the record
-                check_corpus(teacher.config, target)
-        config = student_config(requested, student, saved or teacher.config, recorded, target)
-        return cls(student, config, corpus_files(student, config), teacher, decoder, target)
+                dev = check_corpus(teacher.config, target)
+        config = student_config(requested, student, saved or teacher.config, dev, recorded,
+                                target)
+        return cls(student, config, teacher, decoder, target)
+
+    @property
+    def corpus(self):
+        """{name: path} of the student's corpus files (`corpus_files`)."""
+        config = self.config
+        return corpus_files(self.student, config.src_lang, config.tgt_lang,
+                            dev=config.dev_src is not None)
 
     def make_corpus(self, log):
         """Stages 1 and 2: the student's config (the record, first), the copied corpus and the
         teacher's translation; said and skipped when the corpus is complete."""
-        target = self.corpus["train_tgt"]
+        corpus = self.corpus
+        target = corpus["train_tgt"]
         if self.teacher is None:
             print(f"distill: the corpus in {target.parent} is complete; training the student",
                   file=log, flush=True)
@@ -147,10 +156,10 @@ class Distillation:
         from keras_transformer.decoding.jobs.streaming import translate_file
 
         self.config = self.student.save_config(self.student.config_for(self.config))
-        copy_corpus(self.teacher.config, self.corpus, self.target)
+        copy_corpus(self.teacher.config, corpus, self.target)
         print(f"distill: the teacher translates its training sources into {target}",
               file=log, flush=True)
-        translate_file(self.decoder, str(self.corpus["train_src"]), str(target), log=log)
+        translate_file(self.decoder, str(corpus["train_src"]), str(target), log=log)
 
 
 def checked_request(teachers, requested, student):
@@ -189,19 +198,15 @@ def _saved_student(student, teachers):
     return saved
 
 
-def _target(student, config):
-    """The distilled targets file (complete once it exists)."""
-    return student.distilled_path("train", config.tgt_lang)
-
-
-def corpus_files(student, config):
-    """{name: path} of the student's corpus: train.SRC, train.TGT and, when the teacher has a
-    dev set, dev.SRC and dev.TGT."""
-    files = {"train_src": student.distilled_path("train", config.src_lang),
-             "train_tgt": _target(student, config)}
-    if config.dev_src:
-        files.update(dev_src=student.distilled_path("dev", config.src_lang),
-                     dev_tgt=student.distilled_path("dev", config.tgt_lang))
+def corpus_files(student, src_lang, tgt_lang, dev=True):
+    """{name: path} of the student's corpus: train.SRC, train.TGT (the teacher's translation:
+    the corpus is complete once it exists) and, with `dev` (the teacher has a dev set),
+    dev.SRC and dev.TGT."""
+    files = {"train_src": student.distilled_path("train", src_lang),
+             "train_tgt": student.distilled_path("train", tgt_lang)}
+    if dev:
+        files.update(dev_src=student.distilled_path("dev", src_lang),
+                     dev_tgt=student.distilled_path("dev", tgt_lang))
     return files
 
 
@@ -225,26 +230,18 @@ def teachers_target(runs, requested):
     return requested.tgt_lang
 
 
-def student_config(requested, student, basis, record=None, target=None):
+def student_config(requested, student, basis, dev, record=None, target=None):
     """The student's config: `requested` with what distillation decides (the corpus files of
-    the student run, the languages of `basis`, its vocabulary size and max_length unless
-    given, `STUDENT_PRESET` unless a preset is given) and the `record` of the teachers
-    ({teachers, teacher_config_sha256, teacher_decoding}). `basis` is the teacher's config,
-    or the student's own saved one when it resumes (whose record it keeps). Values set here
-    say so in the effective config ([distill])."""
-    from pipelines import datasets
-
+    the student run, with a dev set if `dev`; the languages of `basis`, its vocabulary size
+    and max_length unless given, `STUDENT_PRESET` unless a preset is given) and the `record`
+    of the teachers ({teachers, teacher_config_sha256, teacher_decoding}). `basis` is the
+    teacher's config, or the student's own saved one when it resumes (whose record it
+    keeps). Values set here say so in the effective config ([distill])."""
     resumed = basis.teachers is not None
     where = basis.data_arguments(target)  # a teacher of several targets: the pair's
     src_lang, tgt_lang = where["src_lang"], where["tgt_lang"]
     values = {"dataset": "text", "src_lang": src_lang, "tgt_lang": tgt_lang}
-    files = {"train_src": student.distilled_path("train", src_lang),
-             "train_tgt": student.distilled_path("train", tgt_lang)}
-    has_dev = (basis.dev_src is not None if resumed
-               else datasets.has_split(basis.dataset, "dev", **where))
-    if has_dev:
-        files.update(dev_src=student.distilled_path("dev", src_lang),
-                     dev_tgt=student.distilled_path("dev", tgt_lang))
+    files = corpus_files(student, src_lang, tgt_lang, dev=dev)
     values.update({key: str(path.resolve()) for key, path in files.items()})
     values.update({key: getattr(basis, key) for key in INHERITED
                    if key not in requested.sources and key not in values})
@@ -262,12 +259,14 @@ def student_config(requested, student, basis, record=None, target=None):
 def check_corpus(teacher_config, target=None):
     """DataError naming the teacher's own text files (its training sources, its dev pairs)
     when they have no pair to read (empty, or every pair with an empty side): a student run
-    that records such a teacher could never be made. Reads up to each split's first pair."""
+    that records such a teacher could never be made. Reads up to each split's first pair.
+    Returns whether the teacher has a dev set (the student's, copied)."""
     from pipelines import datasets
 
+    where = teacher_config.data_arguments(target)
     for split in ("train", "dev"):
-        datasets.check_has_pairs(teacher_config.dataset, split,
-                                 **teacher_config.data_arguments(target))
+        datasets.check_has_pairs(teacher_config.dataset, split, **where)
+    return datasets.has_split(teacher_config.dataset, "dev", **where)
 
 
 def copy_corpus(teacher_config, files, language=None):
