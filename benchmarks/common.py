@@ -11,8 +11,10 @@ import importlib.util
 import json
 import os
 import pathlib
+import shlex
 import statistics
 import subprocess
+import sys
 import time
 
 # The vocabulary of the Multi30k recipe (keras_transformer's default vocab_size, the main job's
@@ -129,13 +131,16 @@ def _commit():
 
 def append_result(name, line, results_dir=None):
     """Appends the JSON `line` (as `emit` returns it) to RESULTS_DIR/NAME.jsonl with the UTC
-    date, the commit, the CPU and its class and the cores this process may use; returns the
-    entry written. The file is rewritten whole through the project's atomic writer."""
+    date, the commit, the command that made it, the CPU and its class and the cores this
+    process may use; returns the entry written. The file is rewritten whole through the
+    project's atomic writer."""
     from pipelines.files import write_text
 
     hardware = _hardware()
+    command = " ".join(["python", f"benchmarks/{pathlib.Path(sys.argv[0]).name}",
+                        *map(shlex.quote, sys.argv[1:])])
     entry = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-             "commit": _commit(), "cpu": hardware.cpu_model(),
+             "commit": _commit(), "command": command, "cpu": hardware.cpu_model(),
              "cpu_class": hardware.cpu_class(), "cores": len(os.sched_getaffinity(0)),
              "benchmark": name, **json.loads(line)}
     path = pathlib.Path(results_dir or RESULTS_DIR) / f"{name}.jsonl"

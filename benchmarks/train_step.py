@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # tf_common first: it sets Keras' backend (TensorFlow) and quiets TensorFlow before they load.
 from tf_common import measure_matmul_peak, op_time_table  # noqa: E402
-from common import PAPER_VOCAB_SIZE, emit  # noqa: E402
+from common import PAPER_VOCAB_SIZE, add_record_flag, append_result, emit  # noqa: E402
 from flops import train_step_flops  # noqa: E402
 
 import keras  # noqa: E402
@@ -75,6 +75,7 @@ def main(argv=None):
     parser.add_argument("--profile", metavar="DIR",
                         help="also trace the timed steps with the TensorFlow profiler into DIR "
                              "(view with TensorBoard) and add the top op types to the JSON")
+    add_record_flag(parser, "train_step")
     args = parser.parse_args(argv)
     accum = args.grad_accum_steps
     if accum < 1 or args.batch % accum:
@@ -124,7 +125,7 @@ def main(argv=None):
     step_s = statistics.median(timer.times)
     flops = train_step_flops(model.architecture, model.target_vocab_size or model.vocab_size,
                              args.batch, args.length, args.length)
-    emit({
+    line = emit({
         "benchmark": "train_step",
         "preset": args.preset,
         "params": model.count_params(),
@@ -148,6 +149,8 @@ def main(argv=None):
         "mfu": round(flops / step_s / 1e9 / peak, 3),
         **({"top_ops": top_ops} if top_ops else {}),
     })
+    if args.record:
+        append_result("train_step", line)
 
 
 if __name__ == "__main__":

@@ -203,3 +203,35 @@ def test_the_checks_find_what_they_look_for(tmp_path, flags_of):
     rest = COMMAND.search(code_lines(page)[0][1]).group(2)
     assert [f for f in flags_in(rest) if f not in flags_of["translate"]] == [
         "--no-such", "--also-not"]
+
+
+def test_every_recorded_result_says_when_where_and_at_which_commit():
+    """The results files the docs quote: one JSON object a line, each with its date, commit,
+    CPU class and command."""
+    import json
+
+    files = sorted((ROOT / "benchmarks" / "results").glob("*.jsonl"))
+    assert files
+    for path in files:
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            entry = json.loads(text)
+            missing = {"date", "commit", "cpu_class", "command"} - set(entry)
+            assert not missing, f"{path.name}:{number} lacks {sorted(missing)}"
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", entry["date"]), f"{path.name}:{number}"
+
+
+def test_a_benchmark_given_record_appends_its_line_with_date_commit_and_class(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import common
+
+    first = common.append_result("toy", '{"seconds": 1.5, "peak_rss_mb": 10}', tmp_path)
+    common.append_result("toy", '{"seconds": 1.2, "peak_rss_mb": 11}', tmp_path)
+    lines = (tmp_path / "toy.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2
+    assert first["seconds"] == 1.5 and first["benchmark"] == "toy"
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", first["date"]) and first["commit"]
+    assert first["command"].startswith("python benchmarks/")
+    assert first["cpu_class"] in ("amx", "avx512_bf16", "avx512", "avx2", "other")
+    assert common.latest("toy", tmp_path)["seconds"] == 1.2
+    assert common.latest("toy", tmp_path, seconds=1.5)["peak_rss_mb"] == 10
