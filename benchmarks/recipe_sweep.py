@@ -7,8 +7,9 @@ Settings are ranked on val only (test2016 is never read here).
     python benchmarks/recipe_sweep.py --steps 1200 --only quick,quick-cosine --seeds 3
     python benchmarks/recipe_sweep.py --list
 
-Runs go to OUTPUT/<setting>-<steps>[-seed<S>]/ and results to OUTPUT/results.jsonl (one line
-per setting, budget and seed; the default seed's run keeps the name without a suffix). A
+Runs go to OUTPUT/<setting>-<steps>[-seed<S>]/ (their checkpoints deleted once scored, unless
+--keep-checkpoints) and results to OUTPUT/results.jsonl (one line per setting, budget and seed;
+the default seed's run keeps the name without a suffix). A
 setting with a result for that seed is skipped, so the same command resumes the sweep; a run
 cut short resumes from its last checkpoint at its saved data position (the same batches an
 uninterrupted run would see). The sweep goes seed by seed: every setting once, then every
@@ -41,6 +42,7 @@ import fnmatch
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import sys
 import time
@@ -197,6 +199,7 @@ def run_setting(name, steps, seed, output, val_sentences=VAL_SENTENCES):
     side_tokens = summary.get("tokens", 0) / max(trained, 1) / 2  # source + target, ~half each
     val = f"val{len(sources)}_greedy_sacrebleu"
     return {"benchmark": "recipe_sweep", "setting": name, "changes": SETTINGS[name],
+            "run_dir": str(run.directory),
             "steps": steps, "seed": seed, **plan, "trained_to": summary["step"],
             "params": model.count_params(),
             "gflop_per_step": round(gflop_per_step(model, side_tokens, side_tokens), 1),
@@ -207,6 +210,14 @@ def run_setting(name, steps, seed, output, val_sentences=VAL_SENTENCES):
             "val_perplexity": round(summary.get("val_perplexity", float("nan")), 2),
             val: final, f"{val}_avg{len(paths)}": val_bleu(averaged),
             "wall_minutes": round((time.monotonic() - started) / 60, 1)}
+
+
+def drop_checkpoints(run_dir):
+    """Deletes a scored run's checkpoints (about 1 GB a run of the quick recipe: 10 of weights
+    and Adam's moments); its config, model.keras and logs stay."""
+    from keras_transformer.runs import Run
+
+    shutil.rmtree(Run(run_dir).checkpoint_dir, ignore_errors=True)
 
 
 def read_results(path):
@@ -271,6 +282,9 @@ def main(argv=None):
     parser.add_argument("--val-sentences", type=int, default=VAL_SENTENCES,
                         help=f"val sentences decoded (default {VAL_SENTENCES}; fewer for a "
                              "smoke run)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each run's checkpoints once it is scored (default: deleted; "
+                             "about 1 GB a run)")
     parser.add_argument("--list", action="store_true", help="print the settings and stop")
     args = parser.parse_args(argv)
     if args.list:
@@ -307,6 +321,8 @@ def sweep(names, args):
             done[(name, args.steps, seed)] = append_result("results", json.dumps(record),
                                                            results_dir=output)
             print(json.dumps(done[(name, args.steps, seed)]), flush=True)
+            if not args.keep_checkpoints:
+                drop_checkpoints(record["run_dir"])
     records = [done[(n, args.steps, s)] for s in seeds for n in names]
     emit({"benchmark": "recipe_sweep", "steps": args.steps, "seeds": seeds,
           "by_setting": seed_spread(records)})
