@@ -213,7 +213,7 @@ def run_setting(name, steps, seed, output, val_sentences=VAL_SENTENCES):
 
 
 def drop_checkpoints(run_dir):
-    """Deletes a scored run's checkpoints (about 1 GB a run of the quick recipe: 10 of weights
+    """Deletes a scored run's checkpoints (about 0.7 GB a run of the quick recipe: 10 of weights
     and Adam's moments); its config, model.keras and logs stay."""
     from keras_transformer.runs import Run
 
@@ -284,7 +284,7 @@ def main(argv=None):
                              "smoke run)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each run's checkpoints once it is scored (default: deleted; "
-                             "about 1 GB a run)")
+                             "about 0.7 GB a run)")
     parser.add_argument("--list", action="store_true", help="print the settings and stop")
     args = parser.parse_args(argv)
     if args.list:
