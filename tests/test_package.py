@@ -39,11 +39,12 @@ NOT_LOADED = ("keras_transformer.training.trainer", "keras_transformer.training.
 PIPELINE_CONSTANTS = {"pipelines", "pipelines.special_ids"}  # the padding id: five constants
 
 # Every class a saved model, a compiled model or a run names.
-SAVEABLE = {"Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "Ensemble", "FusedAdam",
-            "LabelSmoothedCrossEntropy", "LearnedPositionalEmbedding", "MultiHeadAttention",
-            "Perplexity", "PositionwiseFeedForward", "ResidualConnection",
+SAVEABLE = {"AveragingAdam", "Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "Ensemble",
+            "FusedAdam", "LabelSmoothedCrossEntropy", "LearnedPositionalEmbedding",
+            "MultiHeadAttention", "Perplexity", "PositionwiseFeedForward", "ResidualConnection",
             "ScaledDotProductAttention", "ScaledEmbedding", "SinusoidalPositionalEncoding",
-            "TokenAccuracy", "Transformer", "TransformerSchedule"}
+            "TokenAccuracy", "Transformer", "TransformerSchedule", "WarmupCosineDecay",
+            "WarmupLinearDecay", "WarmupStableDecay"}
 
 
 def _import_changes(module, backend="tensorflow"):
