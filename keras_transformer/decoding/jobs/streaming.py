@@ -299,7 +299,8 @@ def keras_backend():
 def job_identity(decoder, **extra):
     """What decides a job's output lines, beside its inputs: the request's values, the run,
     the backend, the resolved precision and the weights' file identity (an ensemble's: each
-    member's; `extra`: more, such as an output format). A partial output written with anything else is started over."""
+    member's; `extra`: more, such as an output format). A partial output written with
+    anything else is started over."""
     request = decoder.request
     weights = (decoder.ctranslate2_folder() / "model.bin" if request.engine == "ctranslate2"
                else decoder.model_file()[0])
