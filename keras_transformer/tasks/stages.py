@@ -23,7 +23,7 @@ import os
 import sys
 
 from keras_transformer.decoding.request import DEFAULTS
-from keras_transformer.errors import ConfigError, InputError
+from keras_transformer.errors import ConfigError, InputError, RunError
 from keras_transformer.tasks.tuning import VAL_SENTENCES
 
 TRAIN_SUMMARY = "train_summary.json"  # the training summary a trained run keeps (`train`)
@@ -168,16 +168,18 @@ def tune(run, sources=None, references=None, *, target_language=None,
         a `Tuning`.
     """
     from keras_transformer.runs import open_run
-    from keras_transformer.errors import RunError
 
     run = open_run(run) if isinstance(run, (str, os.PathLike)) else run
     if not run.has_model():
         raise RunError(f"{run.directory} has no trained model to tune: train it first.")
     dev = sources if isinstance(sources, DevSet) else dev_set(
         run, sources, references, target_language, max_sentences)
+    if not any(dev.sources):
+        raise InputError(f"{dev.described} has no sentence to decode: give dev sentences.")
+    writes = {run.directory: run}  # the run, and an ensemble's members (their averaged.keras)
+    writes.update((member.directory, member) for member in _members(run).values())
     with contextlib.ExitStack() as held:
-        for each in {run.directory: run, **{m.directory: m for m in _members(run).values()}
-                     }.values():
+        for each in writes.values():
             held.enter_context(each.lock("tuning"))
         bar = held.enter_context(_bar(run, dev, progress))
         return _tune(run, dev, beam_size, chosen_by or f"keras-transformer tune on "
