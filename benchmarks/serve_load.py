@@ -26,6 +26,8 @@ Phases (each figure from one run of the phase; the machine's load average is rec
                10 MB body, a 100,000-line instance list, an unknown signature, model and
                version, invalid UTF-8, a negative beam and a client that sends half a body
                and stalls: each one's status, error shape and seconds; the load's errors.
+    rounds     (--rounds R) serve and CTranslate2 alone again, in turn, R times: the median
+               of each round's ratios (the machine's slow spells fall on both).
     sigterm    (--sigterm) a fresh server under 8 clients gets SIGTERM: requests sent before
                it all answered, those after refused (503 or a refused connection), its exit
                status and seconds to exit.
@@ -200,7 +202,7 @@ def translations(run_dir, sentences, folder, extra):
     return dict(zip(unique, output.read_text(encoding="utf-8").split("\n")))
 
 
-def serve_phase(args, requests, expected, extra):
+def serve_phase(args, requests, expected, extra, memory=True):
     """serve's figures at each client count (and the memory phase)."""
     server = Server(args.run_dir, extra)
     record = {"rss_mb_ready": server.rss_mb(), "clients": {}}
@@ -210,7 +212,7 @@ def serve_phase(args, requests, expected, extra):
             record["clients"][str(count)] = figures(results, wall, requests, expected)
             print(f"serve, {count} clients: {record['clients'][str(count)]}", file=sys.stderr,
                   flush=True)
-        if args.memory_requests:
+        if args.memory_requests and memory:
             record["memory"] = memory_phase(server, requests, expected, args.memory_requests)
     finally:
         server.stop()
@@ -229,12 +231,12 @@ def memory_phase(server, requests, expected, count):
             "rss_growth": round(at_end / after_fifth - 1, 4)}
 
 
-def anchors(args, requests, paths, search):
+def anchors(args, requests, paths, search, session=True):
     """serving_load's engines on the same requests, each in a fresh process: CTranslate2 at
     every threading setting, and the SavedModel in a TF1 Session."""
     records, counts = {}, [1] + [c for c in args.clients if c != 1]
     runs = [(f"ctranslate2 {label(s)}", "ctranslate2", s) for s in threading_grid()]
-    if paths.get("saved_model") and not args.no_session:
+    if paths.get("saved_model") and not args.no_session and session:
         runs.append(("session", "session", (0, 0)))
     for name, engine, pools in runs:
         context = multiprocessing.get_context("spawn")
@@ -422,6 +424,9 @@ def main(argv=None):
                         help="the most seconds a client count's load runs (120)")
     parser.add_argument("--memory-requests", type=int, default=0,
                         help="the memory phase's requests from 32 clients (0: no phase)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="more than 1: serve and CTranslate2 alone measured that many "
+                        "more times, in turn, and the median ratios (a busy machine)")
     parser.add_argument("--hostile", action="store_true", help="the hostile phase")
     parser.add_argument("--sigterm", action="store_true", help="the SIGTERM phase")
     parser.add_argument("--no-anchors", action="store_true",
@@ -455,6 +460,8 @@ def run(args):
     if not args.no_anchors:
         record["anchors"] = anchors(args, requests, paths, search_of(args.run_dir))
         record["serve_vs_ctranslate2"] = compared(record)
+    if args.rounds > 1:
+        record["alternating"] = alternating(args, requests, expected, paths, serve_extra)
     if args.hostile:
         record["hostile"] = hostile_phase(args, requests, expected, serve_extra)
     if args.sigterm:
@@ -466,6 +473,22 @@ def run(args):
     record["ok"] = ok(record)
     emit(record)
     return 0 if record["ok"] else 1
+
+
+def alternating(args, requests, expected, paths, extra):
+    """--rounds R: serve and CTranslate2 alone (every setting) in turn, R more times, so that
+    a busy machine's slow spells fall on both: each round's ratios and their medians."""
+    rounds, search = [], search_of(args.run_dir)
+    for _ in range(args.rounds):
+        served = serve_phase(args, requests, expected, extra, memory=False)
+        alone = anchors(args, requests, paths, search, session=False)
+        rounds.append(compared({"serve": served, "anchors": alone}))
+        rounds[-1]["serve_errors"] = sum(f["errors"] + f["unlike_translate"]
+                                         for f in served["clients"].values())
+    counts = [count for count in rounds[0] if count != "serve_errors"]
+    return {"rounds": rounds, "median": {count: {
+        name: round(statistics.median(r[count][name] for r in rounds), 3)
+        for name in ("requests_per_s", "p99")} for count in counts}}
 
 
 def compared(record):
@@ -488,6 +511,8 @@ def ok(record):
     memory = serve.get("memory")
     if memory is not None:
         good &= memory["errors"] == 0 and memory["rss_growth"] <= 0.05
+    if "alternating" in record:
+        good &= not any(r["serve_errors"] for r in record["alternating"]["rounds"])
     for phase in ("hostile", "sigterm"):
         if phase in record:
             good &= record[phase]["ok"]

@@ -58,7 +58,16 @@ def register(commands):
         "accepting connections, answers what was accepted and exits 0.",
         epilog="docs/serving.md compares it with TensorFlow Serving running the SavedModel.")
     add_run_flags(parser)
-    engine = parser.add_argument_group("engine")
+    add_engine_flags(parser.add_argument_group("engine"))
+    add_http_flags(parser.add_argument_group("HTTP"))
+    add_batching_flags(parser.add_argument_group(
+        "batching", "TensorFlow Serving's batching parameters, by its names"))
+    add_limit_flags(parser.add_argument_group("limits and timeouts"))
+    add_access_flags(parser.add_argument_group("access"))
+    parser.set_defaults(run=serve)
+
+
+def add_engine_flags(engine):
     engine.add_argument("--engine", choices=("ctranslate2", "keras"),
                         help="ctranslate2: the run's CTranslate2 export; keras: the run's "
                         "model, float32, the SavedModel's search (default: ctranslate2 where "
@@ -75,7 +84,9 @@ def register(commands):
                         help="ctranslate2: hold no Keras engine (no TensorFlow in the "
                         "process); requests with constraints, which CTranslate2 cannot "
                         "search, are then refused (default: searched by the Keras engine)")
-    http = parser.add_argument_group("HTTP")
+
+
+def add_http_flags(http):
     http.add_argument("--host", default="127.0.0.1",
                       help="address to listen on (127.0.0.1; 0.0.0.0: every interface)")
     http.add_argument("--port", type=int, default=8501,
@@ -84,8 +95,9 @@ def register(commands):
                       "export's name, the run directory's)")
     http.add_argument("--model-version", type=positive(int), default=1,
                       help="the version answered and accepted in /versions/V (1)")
-    batching = parser.add_argument_group(
-        "batching", "TensorFlow Serving's batching parameters, by its names")
+
+
+def add_batching_flags(batching):
     batching.add_argument("--max-batch-size", type=positive(int), default=32, metavar="LINES",
                           help="the most sentences searched in one batch (32); a larger "
                           "request is a batch of its own")
@@ -99,7 +111,9 @@ def register(commands):
                           metavar="N", help="the queue's bound, in batches of "
                           "--max-batch-size sentences (32); a request past it is answered "
                           "503 at once")
-    limits = parser.add_argument_group("limits and timeouts")
+
+
+def add_limit_flags(limits):
     limits.add_argument("--max-body-bytes", type=positive(int), default=1 << 20, metavar="N",
                         help="the largest request body (1 MiB); larger: 413")
     limits.add_argument("--max-lines", type=positive(int), default=1024, metavar="N",
@@ -115,7 +129,9 @@ def register(commands):
     limits.add_argument("--drain-timeout-s", type=positive(float), default=8.0, metavar="S",
                         help="on SIGTERM, how long accepted requests may take to be answered "
                         "before their connections are closed (8)")
-    access = parser.add_argument_group("access")
+
+
+def add_access_flags(access):
     access.add_argument("--api-keys", metavar="FILE",
                         help="require an API key, one of this file's lines, as "
                         "'Authorization: Bearer KEY' or 'X-API-Key' (default: none needed)")
@@ -123,4 +139,3 @@ def register(commands):
                         help="with --api-keys: requests a second per key; past it, 429")
     access.add_argument("--no-access-log", action="store_true",
                         help="no access log line per request on standard error")
-    parser.set_defaults(run=serve)

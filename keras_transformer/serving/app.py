@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import re
-import threading
 import time
 
 from starlette.applications import Starlette
@@ -57,7 +56,6 @@ class ServedModel:
         self.timeout_s, self.body_timeout_s = timeout_s, body_timeout_s
         self.state, self.error_message, self.draining = START, "", False
         self.languages = ()  # a run of several targets: its target languages
-        self.ready = threading.Event()
 
     def load(self):
         """Loads and warms the engines (in a thread); AVAILABLE after, END with the error."""
@@ -68,8 +66,6 @@ class ServedModel:
         except Exception as error:  # noqa: BLE001  (said in the status, then raised)
             self.state, self.error_message = END, f"{type(error).__name__}: {error}"
             raise
-        finally:
-            self.ready.set()
         self.state = AVAILABLE
 
     def check_model(self, name, version):

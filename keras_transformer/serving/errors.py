@@ -1,8 +1,6 @@
 """TensorFlow Serving's errors as its REST API answers them: `{"error": "..."}` with the HTTP
 status of the error's code (its http_rest_api_handler's mapping), and the code's name."""
 
-from keras_transformer.errors import InputError
-
 INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE = "INVALID_ARGUMENT", "NOT_FOUND", "UNAVAILABLE"
 DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED = "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"
 # Ours, beside TensorFlow Serving's: a body over the size limit, a body that stops arriving,
@@ -29,9 +27,3 @@ class ServingError(Exception):
     def invalid(cls, message):
         return cls(INVALID_ARGUMENT, message)
 
-
-def refused(error):
-    """A decoding option's refusal (`decoding.request`'s InputError) as INVALID_ARGUMENT."""
-    if isinstance(error, InputError):
-        return ServingError.invalid(str(error))
-    return error
