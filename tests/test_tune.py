@@ -20,19 +20,13 @@ def _small_grid(monkeypatch):
     monkeypatch.setattr(tuning, "REPETITION_CANDIDATES", (tuning.REPETITION_OFF, (3, 1.0)))
 
 
-@pytest.mark.slow  # trains a tiny run through the command, then tunes it twice (about a minute)
+@pytest.mark.slow  # trains a tiny run 10 steps further, tunes it twice (about a minute)
 def test_train_tunes_at_its_end_then_tune_chooses_on_given_files_and_translate_follows(
-        toy_corpus, runtime_preset, tmp_path, monkeypatch, capsys):
+        run_copy, toy_corpus, tmp_path, monkeypatch, capsys):
     _small_grid(monkeypatch)
-    run_dir = tmp_path / "run"
-    assert cli.main(["train", "--preset", runtime_preset, "--dataset", "text",
-                     "--train-src", str(toy_corpus["train.src"]),
-                     "--train-tgt", str(toy_corpus["train.tgt"]),
-                     "--dev-src", str(toy_corpus["dev.src"]),
-                     "--dev-tgt", str(toy_corpus["dev.tgt"]), "--vocab-size", "400",
-                     "--tokens-per-batch", "256", "--max-length", "32", "--train-steps", "20",
-                     "--checkpoint-steps", "10", "--eval-steps", "20", "--precision", "float32",
-                     "--verbose", "0", "--output-dir", str(run_dir)]) == 0
+    run_dir = run_copy  # the toy corpus' dev files in its config; 20 steps, no choice saved
+    assert not Run(run_dir).decoding_path.exists()
+    assert cli.main(["train", "--output-dir", str(run_dir), "--train-steps", "30"]) == 0
     out = capsys.readouterr().out
     assert "tune: choosing the weights, alpha and repetition controls on the run's dev set" in out
     run = Run(run_dir)
