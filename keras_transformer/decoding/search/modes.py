@@ -30,8 +30,9 @@ the hooks it needs; a new mode is a new file with its class and one line in
 Every hook of a step gets `loop`, the loop state (a dict) the step starts from, and `step`, what
 the step knows besides (a `Step`). Modes talk through these, never through each other: a mode
 reads another's state only where the step declares it (`Step.advancing`), and declares which of
-its loop values are per sentence (`per_sentence`), for the loop shape to drop. Tensors: B sentences computed this step, K beams, V the
-vocabulary, M candidates per sentence, T the output buffer's length.
+its loop values are per sentence (`per_sentence`), for the loop shape to drop. Tensors: B
+sentences computed this step, K beams, V the vocabulary, M candidates per sentence, T the
+output buffer's length.
 """
 
 from typing import NamedTuple
