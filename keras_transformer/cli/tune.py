@@ -14,16 +14,16 @@ from keras_transformer.tasks.tuning import (ALPHAS, AVERAGE_CANDIDATES, NEAR_TIE
 ABOUT = (
     "Chooses how a trained run decodes, on dev sentences: first its weights with greedy "
     "search (the final weights, the averages of the last 5, 10 or 20 checkpoints, of every "
-    "one or every other, as many as the run kept, and best.keras where early stopping kept "
-    f"other weights), then with beam {DEFAULTS['beam_size']} the length penalty (alpha "
-    f"{', '.join(map(str, ALPHAS))}), then the repetition controls with it (off, "
+    "one or every other, as many as the run kept, and best.keras, the best dev evaluation's, "
+    "when it is not the final weights), then with the beam (--beam-size) the length penalty "
+    f"(alpha {', '.join(map(str, ALPHAS))}), then the repetition controls with it (off, "
     "no_repeat_ngram_size 3 or 4, repetition_penalty 1.1 or 1.2), each by sacreBLEU on the "
-    f"given sentences. Among the repetition settings within {NEAR_TIE} sacreBLEU of the best, the "
-    "one with the fewest stuttering outputs (a subword piece 4 or more times in a row) wins, "
-    "then off. The chosen weights go to "
-    "RUN_DIR/averaged.keras and the choice to RUN_DIR/decoding.json with every try and its "
-    "dev BLEU: translate, evaluate and export then decode with it (a flag still wins). "
-    "Without --src and --ref it uses the run's own dev set; `train` runs it at its end.")
+    f"given sentences. Among the repetition settings within {NEAR_TIE} sacreBLEU of the best, "
+    "the one with the fewest stuttering outputs (a subword piece 4 or more times in a row) "
+    "wins, then off. The chosen weights go to RUN_DIR/averaged.keras and the choice to "
+    "RUN_DIR/decoding.json with every try and its dev BLEU: translate, evaluate and export "
+    "then decode with it (a flag still wins). Without --src and --ref it uses the run's own "
+    "dev set; `train` runs it at its end (unless --no-tune).")
 
 
 def tune(args):
