@@ -76,8 +76,10 @@ HEAVY_FILES = {
     "tests/test_loading.py": 37, "tests/test_package.py": 36,
 }
 # Files that share a session fixture run on one worker, as one unit: file -> the file whose
-# worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads).
-SAME_WORKER = {"tests/test_serving_tf1.py": "tests/test_serving.py"}
+# worker runs it (test_serving_tf1.py reads the SavedModel test_serving.py reads; test_tune.py
+# tunes a copy of test_multilingual.py's multi_run).
+SAME_WORKER = {"tests/test_serving_tf1.py": "tests/test_serving.py",
+               "tests/test_tune.py": "tests/test_multilingual.py"}
 
 
 def _unit(nodeid):

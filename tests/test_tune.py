@@ -12,6 +12,7 @@ from keras_transformer.decoding.decoder import Decoder
 from keras_transformer.errors import InputError, RunError
 from keras_transformer.runs import Run
 from keras_transformer.tasks import stages, tuning
+from tests.test_multilingual import multi_run, two_corpora  # noqa: F401  (fixtures)
 
 
 def _small_grid(monkeypatch):
@@ -143,3 +144,36 @@ def test_the_tries_are_saved_with_the_choice_and_go_with_it(tmp_path):
     run.decoding_path.write_text('{"format_version": 3, "tries": {"a": 1}}', encoding="utf-8")
     with pytest.raises(RunError, match="is damaged .*tries must be a list"):
         run.decoding()
+
+
+@pytest.mark.slow  # multi_run trains a two-pair run (about 11 CPU-s), then four searches
+def test_a_run_of_several_targets_is_tuned_on_every_pair_or_on_the_pair_named(
+        multi_run, two_corpora, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from keras_transformer.errors import ConfigError
+    from pipelines.multilingual import tagged
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(multi_run[0], run_dir)
+    run = Run(run_dir)
+    own = stages.dev_set(run, max_sentences=3)
+    fr, de = (stages.dev_set(run, target_language=lang, max_sentences=3) for lang in ("fr", "de"))
+    assert own.sources == fr.sources + de.sources and own.references == fr.references + \
+        de.references
+    assert all(source.startswith(tagged("x", "fr")[:-1]) for source in fr.sources)
+    assert own.described == "the run's dev set (en-fr, en-de: the first 3 sentences of each)"
+    with pytest.raises(ConfigError, match=r"translates into fr, de: say which language the "
+                       r"references are in \(--tgt-lang\)"):
+        stages.dev_set(run, ["a dog"], ["EIN HUND"])
+    given = stages.dev_set(run, ["a dog"], ["EIN HUND"], target_language="de")
+    assert given.sources == [tagged("a dog", "de")] and given.described.endswith("(en-de)")
+
+    _small_grid(monkeypatch)
+    corpus = two_corpora["de"]
+    assert cli.main(["tune", "--run-dir", str(run_dir), "--src", str(corpus["dev.src"]),
+                     "--ref", str(corpus["dev.tgt"]), "--tgt-lang", "de",
+                     "--max-sentences", "4"]) == 0
+    choice = run.decoding()
+    assert choice["chosen_by"].endswith("(en-de)") and len(choice["tries"]) == 5
+    assert "dev (first 4 sentences, greedy): final weights" in capsys.readouterr().out
