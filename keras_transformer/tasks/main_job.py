@@ -249,11 +249,7 @@ def _prepare(job, step):
     if not untrained:
         print("every model is trained: nothing to prepare.", flush=True)
         return
-    data = stages.prepare(_config(job, *untrained[0]).resolved())
-    if data is not None:
-        from pipelines import prepared
-
-        print(prepared.describe(data), flush=True)
+    stages.prepare(_config(job, *untrained[0]).resolved())  # training says what it holds
 
 
 def _train(job, step):
