@@ -76,6 +76,10 @@ def test_train_tunes_at_its_end_then_tune_chooses_on_given_files_and_translate_f
         "beam_size", "alpha", "no_repeat_ngram_size", "repetition_penalty")})
     expected = given.engine().translate(dev_src.read_text(encoding="utf-8").splitlines())
     assert output.read_text(encoding="utf-8").splitlines() == expected
+    # The evaluate stage too (the run's own dev split here).
+    scores = stages.evaluate(run, split="dev")
+    assert (run_dir / "hyp.dev.beam4.txt").read_text(encoding="utf-8").splitlines() == expected
+    assert set(scores) >= {"sacrebleu", "chrf"}
 
     # Training again with nothing to train leaves the choice as it is, and says so.
     assert cli.main(["train", "--output-dir", str(run_dir), "--verbose", "0"]) == 0

@@ -4,7 +4,7 @@
     summary = train(config)               # trains (or resumes) the run; train_summary.json
     tuning = tune("runs/r")               # chooses on the run's own dev set: decoding.json
     tuning = tune("runs/r", "dev.en", "dev.de", max_sentences=300)   # on given sentences
-    scores = evaluate(run, texts, key="test2016")          # hyp.test2016.beam4.txt, scores
+    scores = evaluate(run)                # the run's test split: hyp.test.beam4.txt, scores
     saved_model, ct2_folder = export(run, "saved_models", "name")
     outputs = show(saved_model, decoder.request, ["A dog runs."])
 
@@ -265,19 +265,21 @@ def tune_trained(run, trained, progress=True):
     return tune(run, progress=progress)
 
 
-def evaluate(run, texts, engine=None, split="test", key="test2016", target=None):
+def evaluate(run, texts=None, engine=None, split="test", key=None, target=None):
     """One split of one pair decoded and scored: `texts` ({split: (sources, references)},
-    untagged) with `engine` (default: the run's, with its saved choice), the hypotheses written
-    to RUN_DIR/hyp.KEY.beamK[.LANG].txt. `target`: the pair's language in a run of several
-    (None for one pair): its scores then also say the share of hypotheses in another language.
-    Returns the scores."""
+    untagged; default: the run's own split) with `engine` (default: the run's, with its saved
+    choice), the hypotheses written to RUN_DIR/hyp.KEY.beamK[.LANG].txt (KEY: default the
+    split). `target`: the pair's language in a run of several (None for one pair): its scores
+    then also say the share of hypotheses in another language. Returns the scores."""
     from keras_transformer.decoding.decoder import Decoder
     from keras_transformer.decoding.request import EVALUATE
     from keras_transformer.evaluation.evaluate import evaluate_split
     from keras_transformer.evaluation.language_id import wrong_language_share
     from pipelines import datasets
 
-    config = run.config
+    config, key = run.config, key or split
+    texts = texts or {split: datasets.split_texts(config.dataset, split,
+                                                  **config.data_arguments(target))}
     engine = engine or Decoder.resolve(run, command=EVALUATE).engine()
     sources, references = texts[split]
     if target is not None:
