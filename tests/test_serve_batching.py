@@ -137,3 +137,21 @@ def test_api_keys_and_the_rate_per_key():
         access.check({"authorization": "Bearer nope"})
     assert unknown.value.status == 401
     Access().check({})  # off by default
+
+
+def test_a_run_of_several_targets_takes_one_language_or_one_per_sentence():
+    table = signatures(beam_size=4, alpha=0.6, target_languages=("de", "fr"))
+    assert table["score"].input("target_language").default == ["de"]
+    assert table["serving_default"].input_names[-3:] == [
+        "target_language", "no_repeat_ngram_size", "repetition_penalty"]
+    one = parse_body(b'{"inputs": {"sentences": ["a", "b"], "target_language": "fr"}}', table)
+    assert one.languages() == ["fr", "fr"]
+    rows = parse_body(b'{"instances": [{"sentences": "a", "target_language": "fr"}, '
+                      b'{"sentences": "b", "target_language": "de"}]}', table)
+    assert rows.languages() == ["fr", "de"]
+    assert parse_body(b'{"inputs": {"sentences": ["a"]}}', table).languages() == ["de"]
+    with pytest.raises(ServingError, match="one per sentence"):
+        parse_body(b'{"inputs": {"sentences": ["a", "b", "c"], "target_language": '
+                   b'["de", "fr"]}}', table)
+    with pytest.raises(ServingError, match="not in signature"):  # a one-pair run has none
+        parse_body(b'{"inputs": {"sentences": ["a"], "target_language": "de"}}', TABLE)

@@ -62,7 +62,8 @@ class Batcher:
     """The queue and the batch threads, in the event loop of the app.
 
     Args:
-        run: run(key, calls) -> one result per call, in a batch thread.
+        run: run(key, calls) -> one result per call (an exception: that call's error), in
+            a batch thread.
         parameters: `BatchingParameters`.
         metrics: `metrics.Metrics` (batch sizes, queue depth) or None.
     """
@@ -142,10 +143,11 @@ class Batcher:
         for index, task in enumerate(batch):
             if task.future.done():
                 continue
-            if error is not None:
-                task.future.set_exception(error)
+            result = error if error is not None else done.result()[index]
+            if isinstance(result, Exception):  # the batch's, or this call's own refusal
+                task.future.set_exception(result)
             else:
-                task.future.set_result(done.result()[index])
+                task.future.set_result(result)
         self._dispatch()
 
     def _wake_in(self, seconds):

@@ -94,8 +94,14 @@ class Engines:
         return self.main
 
     def batch_key(self, call):
-        """Calls of one key are searched together."""
+        """Calls of one key are searched together (a target language the run lacks is
+        refused here, by name, before the call joins a batch)."""
         name = self.engine_name(call)
+        try:
+            for language in set(call.languages() or ()):
+                self.decoder.languages().check(language, "target_language")
+        except InputError as error:
+            raise ServingError.invalid(str(error)) from None
         if call.kind == SAMPLE:
             return (name, SAMPLE, next(self._count))  # alone
         if call.kind == SCORE:
@@ -104,17 +110,24 @@ class Engines:
 
     # -- searching ---------------------------------------------------------------------------
     def run(self, key, calls):
-        """Each call's outputs ({output: one value per line}) of a batch of one key."""
-        name, kind = key[0], key[1]
+        """Each call's outputs ({output: one value per line}) of a batch of one key, or the
+        ServingError of a call the engine refuses (a phrase it cannot write): such a batch
+        is searched again call by call, so that only that call is refused."""
         try:
-            if kind == SAMPLE:
-                with self._sampling:  # one at a time: CTranslate2's seed is the process's
-                    return [self._sample(self.base[name], calls[0])]
-            if kind == SCORE:
-                return self._score(self.base[name], calls)
-            return self._translate(self._searching(name, calls[0]), kind, calls)
-        except InputError as error:  # a request the engine refuses (a language, a phrase)
-            raise ServingError.invalid(str(error)) from None
+            return self._run(key, calls)
+        except InputError as error:
+            if len(calls) == 1:
+                return [ServingError.invalid(str(error))]
+        return [self.run(key, [call])[0] for call in calls]
+
+    def _run(self, key, calls):
+        name, kind = key[0], key[1]
+        if kind == SAMPLE:
+            with self._sampling:  # one at a time: CTranslate2's seed is the process's
+                return [self._sample(self.base[name], calls[0])]
+        if kind == SCORE:
+            return self._score(self.base[name], calls)
+        return self._translate(self._searching(name, calls[0]), kind, calls)
 
     def _searching(self, name, call):
         """The engine of `name` searching with `call`'s options."""
