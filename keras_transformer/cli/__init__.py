@@ -83,7 +83,10 @@ def shows_native_logs(args):
 def uses_keras(args):
     """Whether the command needs Keras: all but those run by the CTranslate2 engine
     (translate, evaluate, score with --engine ctranslate2), which import neither Keras nor
-    TensorFlow and start as a small Python program does."""
+    TensorFlow and start as a small Python program does, and `serve`, which registers them
+    itself once it knows its engines."""
+    if getattr(args, "registers_keras", False):
+        return False
     return getattr(args, "engine", None) != "ctranslate2"
 
 

@@ -13,10 +13,6 @@ def serve(args):
     from keras_transformer.serving.parsing import Limits
     from keras_transformer.serving.server import ServeSettings, serve as run_server
 
-    if not (args.engine == "ctranslate2" and args.no_keras_fallback):
-        import keras_transformer
-
-        keras_transformer.register()  # the Keras engine loads the run's model
     settings = ServeSettings(
         run_dir=args.run_dir, engine=args.engine, host=args.host, port=args.port,
         model_name=args.model_name, model_version=args.model_version,
@@ -64,7 +60,9 @@ def register(commands):
         "batching", "TensorFlow Serving's batching parameters, by its names"))
     add_limit_flags(parser.add_argument_group("limits and timeouts"))
     add_access_flags(parser.add_argument_group("access"))
-    parser.set_defaults(run=serve)
+    # The Keras classes are registered by the server where it loads the Keras engine
+    # (`serving.engines`): a CTranslate2 server without it loads no TensorFlow.
+    parser.set_defaults(run=serve, registers_keras=True)
 
 
 def add_engine_flags(engine):

@@ -59,6 +59,9 @@ class Engines:
         if self.main == CTRANSLATE2:
             self.base[CTRANSLATE2] = self.decoder.engine()
         if self.main == KERAS or self.fallback:
+            import keras_transformer
+
+            keras_transformer.register()  # the saved classes the run's model names
             request = self.decoder.request.replace(engine=KERAS, precision="float32",
                                                    xla=False)
             keras = Decoder(request, self.decoder.run, command=TRANSLATE)
