@@ -183,7 +183,7 @@ class Job:
     splits: tuple         # (split, key) evaluated per pair
     shape: Shape
     summary: dict
-    texts: dict = None    # {target: {split: (sources, references)}}, read by `_tune`
+    texts: dict = None    # {target: {split: (sources, references)}}: `_tune` reads them
     model: object = None  # the tuned model, in memory
     engine: object = None  # the engine test2016 was decoded with
 
