@@ -239,7 +239,7 @@ def anchors(args, requests, paths, search, session=True):
     every threading setting, and the SavedModel in a TF1 Session."""
     records, counts = {}, [1] + [c for c in args.clients if c != 1]
     runs = [(f"ctranslate2 {label(s)}", "ctranslate2", s) for s in threading_grid()]
-    if paths.get("saved_model") and not args.no_session and session:
+    if paths.get("saved_model") and not args.ctranslate2_only and session:
         runs.append(("session", "session", (0, 0)))
     for name, engine, pools in runs:
         context = multiprocessing.get_context("spawn")
@@ -434,8 +434,8 @@ def main(argv=None):
     parser.add_argument("--sigterm", action="store_true", help="the SIGTERM phase")
     parser.add_argument("--no-anchors", action="store_true",
                         help="leave out CTranslate2 alone and the SavedModel's session")
-    parser.add_argument("--no-session", action="store_true",
-                        help="leave out the SavedModel's session (anchors: CTranslate2 only)")
+    parser.add_argument("--ctranslate2-only", action="store_true",
+                        help="anchors: CTranslate2 alone only, not the SavedModel as TensorFlow Serving runs it")
     parser.add_argument("--serve-args", default="",
                         help="more flags for serve, e.g. '--no-keras-fallback'")
     parser.add_argument("--tiny", action="store_true", help="a smoke run: 30 requests a count")
