@@ -57,7 +57,9 @@ from serving_load import load_engine, make_requests, read_lines  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-COMMAND = [sys.executable, "-m", "keras_transformer.cli"]
+# The command as it is installed (its entry point imports the package without Keras: a
+# CTranslate2 server without the Keras engine loads no TensorFlow, as users run it).
+COMMAND = [sys.executable, "-m", "keras_transformer_command"]
 
 
 def free_port():

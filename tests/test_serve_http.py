@@ -17,7 +17,7 @@ import time
 import pytest
 
 from tests.conftest import RUNTIME_CLI
-from tests.test_serve import SENTENCES, predict, served_client
+from tests.test_serve import SENTENCES, ct2_export, predict, served_client  # noqa: F401
 from tests.training_helpers import run_python
 
 pytestmark = pytest.mark.slow  # trains the tiny run, exports it, starts servers
@@ -108,16 +108,13 @@ def send(port, body, timeout=60):
         connection.close()
 
 
-@pytest.fixture
-def server(tiny_run, tmp_path):
+@pytest.fixture(scope="module")
+def server(tiny_run, ct2_export, tmp_path_factory):
     """`keras-transformer serve` (CTranslate2 alone: no TensorFlow in the server) on a free
-    loopback port, AVAILABLE; yields (process, port, stderr file)."""
-    from keras_transformer import export
-    from tests.conftest import run_decoder
-
-    folder = export.export_run(run_decoder(tiny_run), "ctranslate2", "int8",
-                               output_dir=tmp_path / "exports", name="toy")
-    port, log = free_port(), tmp_path / "serve.log"
+    loopback port, AVAILABLE; yields (process, port, stderr file). The SIGTERM test, last,
+    stops it."""
+    folder = ct2_export
+    port, log = free_port(), tmp_path_factory.mktemp("serve") / "serve.log"
     process = subprocess.Popen(
         [sys.executable, *RUNTIME_CLI, "serve", "--run-dir", str(tiny_run), "--port",
          str(port), "--engine", "ctranslate2", "--ctranslate2-model", str(folder),
@@ -140,6 +137,24 @@ def server(tiny_run, tmp_path):
     if process.poll() is None:
         process.kill()
         process.wait()
+
+
+def test_concurrent_clients_get_their_own_answers(server):
+    _, port, _ = server
+    bodies = [{"inputs": {"sentences": [s] * (1 + i % 3)}} for i, s in
+              enumerate(SENTENCES[:3] * 4)]
+    alone = [send(port, body) for body in bodies]
+    results = [None] * len(bodies)
+
+    def client(index):
+        results[index] = send(port, bodies[index])
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == alone and all(status == 200 for status, _ in alone)
 
 
 def test_sigterm_answers_what_was_accepted_then_exits_0(server):
@@ -181,21 +196,3 @@ def test_sigterm_answers_what_was_accepted_then_exits_0(server):
     answered = sum(1 for _, o in outcomes if o == expected) + 1
     assert text.count('"POST /v1/models/toy:predict" 200') == answered
     assert "AVAILABLE after its warm-up" in text and "drained and stopped" in text
-
-
-def test_concurrent_clients_get_their_own_answers(server):
-    _, port, _ = server
-    bodies = [{"inputs": {"sentences": [s] * (1 + i % 3)}} for i, s in
-              enumerate(SENTENCES[:3] * 4)]
-    alone = [send(port, body) for body in bodies]
-    results = [None] * len(bodies)
-
-    def client(index):
-        results[index] = send(port, bodies[index])
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(bodies))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert results == alone and all(status == 200 for status, _ in alone)

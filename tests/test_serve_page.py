@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.conftest import run_engine
+from tests.test_serve import ct2_export  # noqa: F401  (the fixture)
 from tests.test_serve_http import free_port
 
 pytestmark = pytest.mark.slow  # trains the tiny run, exports it, starts a browser
@@ -38,17 +39,14 @@ def browser_or_skip():
 
 
 @pytest.fixture
-def page_server(tiny_run, tmp_path):
+def page_server(tiny_run, ct2_export):
     """The app `serve` runs, under uvicorn in a thread, on a free loopback port."""
     import uvicorn
 
-    from keras_transformer import export
     from keras_transformer.serving.app import build_app
     from keras_transformer.serving.server import ServeSettings, served_model
-    from tests.conftest import run_decoder
 
-    folder = export.export_run(run_decoder(tiny_run), "ctranslate2", "int8",
-                               output_dir=tmp_path / "exports", name="toy")
+    folder = ct2_export
     served, _ = served_model(ServeSettings(
         run_dir=str(tiny_run), engine="ctranslate2", ctranslate2_model=str(folder),
         keras_fallback=False, model_name="toy", access_log=False))
