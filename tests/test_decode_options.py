@@ -181,7 +181,11 @@ def test_a_sampling_default_and_range_are_declared_once_in_the_package():
                               r"|top_p: float = option\("),
     }
     for what, pattern in patterns.items():
-        found = [(str(path.relative_to(package)), line) for path in package.rglob("*.py")
+        # where sampling is read: decoding, export, the server, the command (a training setting may have
+        # the same interval, say a cooldown's share of the steps)
+        found = [(str(path.relative_to(package)), line)
+                 for folder in ("decoding", "export", "serving", "cli")
+                 for path in (package / folder).rglob("*.py")
                  for line in path.read_text(encoding="utf-8").splitlines()
                  if pattern.search(line)]
         assert [path for path, _ in found] == ["decoding/request.py"], (what, found)
