@@ -56,6 +56,7 @@ class ServedModel:
         self.timeout_s, self.body_timeout_s = timeout_s, body_timeout_s
         self.state, self.error_message, self.draining = START, "", False
         self.languages = ()  # a run of several targets: its target languages
+        self.signalled = None  # when SIGTERM (or SIGINT) came, time.monotonic()
 
     def load(self):
         """Loads and warms the engines (in a thread); AVAILABLE after, END with the error."""

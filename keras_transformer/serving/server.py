@@ -123,6 +123,7 @@ class DrainingServer:
         class Server(uvicorn.Server):
             def handle_exit(self, sig, frame):
                 served.draining = True
+                served.signalled = served.signalled or time.monotonic()
                 if sig == signal.SIGTERM:
                     self.should_exit = True
                     return
@@ -161,7 +162,9 @@ def serve(settings, say=lambda line: print(line, file=sys.stderr, flush=True)):
     server.run()
     if failure:
         raise failure[0]
-    say(f"{served.name}: drained and stopped")
+    took = f" {time.monotonic() - served.signalled:.1f} s after the signal" \
+        if served.signalled else ""
+    say(f"{served.name}: drained and stopped{took}")
     return 0
 
 
