@@ -51,7 +51,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import emit  # noqa: E402
+from common import add_record_flag, append_result, emit  # noqa: E402
 from ct2_reference import label, threading_grid  # noqa: E402
 from serving_load import load_engine, make_requests, read_lines  # noqa: E402
 
@@ -417,7 +417,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", required=True, help="a trained run with exports")
     parser.add_argument("--ctranslate2-model", help="its CTranslate2 export (default: the "
-                        "run's, saved_models/NAME/ctranslate2[-int8])")
+                        "run's, saved_models/NAME/ctranslate2-int8, else ctranslate2)")
     parser.add_argument("--saved-model", help="its SavedModel version folder (default: the "
                         "newest under saved_models/NAME/)")
     parser.add_argument("--sentences", help="sentences to send (default: Multi30k val.en)")
@@ -441,6 +441,7 @@ def main(argv=None):
     parser.add_argument("--serve-args", default="",
                         help="more flags for serve, e.g. '--no-keras-fallback'")
     parser.add_argument("--tiny", action="store_true", help="a smoke run: 30 requests a count")
+    add_record_flag(parser, "serve_load")
     args = parser.parse_args(argv)
     args.clients = [int(c) for c in args.clients.split(",")]
     if args.tiny:
@@ -476,7 +477,9 @@ def run(args):
     record.update(cpu_class=cpu_class(), cpu=cpu_model(), cores=os.cpu_count(),
                   load_average=[round(x, 1) for x in (*load_before, *os.getloadavg())])
     record["ok"] = ok(record)
-    emit(record)
+    line = emit(record)
+    if args.record:
+        append_result("serve_load", line)
     return 0 if record["ok"] else 1
 
 

@@ -85,7 +85,7 @@ def add_engine_flags(engine):
                         "the run has its export, else keras; said on start)")
     engine.add_argument("--ctranslate2-model", metavar="FOLDER",
                         help="CTranslate2 export folder (default: saved_models/RUN_NAME/"
-                        "ctranslate2, else .../ctranslate2-int8)")
+                        "ctranslate2-int8, else .../ctranslate2)")
     engine.add_argument("--workers", type=positive(int), metavar="N",
                         help="ctranslate2: searches run at once (its inter_threads; default "
                         "one per core, the fastest setting measured)")
