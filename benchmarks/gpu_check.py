@@ -1,4 +1,4 @@
-"""The GPU check (issue 45) in one command: speed against PyTorch and KerasHub, the quick recipe,
+"""The GPU check in one command: speed against PyTorch and KerasHub, the quick recipe,
 the full recipe and a small sweep on val, trained under JAX from the GPU kit's prepared data.
 
     sh gpu-kit/gpu-check                      # on the GPU machine, from the repository root

@@ -110,7 +110,7 @@ def gpu_check_script():
     """The kit's `gpu-check`: puts the wheels in a temporary site, then runs
     benchmarks/gpu_check.py with the kit."""
     return """#!/bin/sh
-# gpu-check: the GPU check of keras-transformer (issue 45), run from the repository root on the
+# gpu-check: the GPU check of keras-transformer, run from the repository root on the
 # GPU machine: `sh gpu-kit/gpu-check` (options: python3 benchmarks/gpu_check.py --help).
 # Installs the kit's wheels into a temporary site (nothing is installed system-wide), then runs
 # benchmarks/gpu_check.py, which writes its JSON lines and logs under $OUT (default: ./gpu-out).

@@ -1,4 +1,4 @@
-"""One model for three languages against three bilingual ones (issue 52): the multilingual demo
+"""One model for three languages against three bilingual ones: the multilingual demo
 (`keras-transformer demo --tgt-lang de fr cs`: the quick recipe, three times its optimizer
 steps) and the three bilingual quick demos (`demo --tgt-lang de`, `fr`, `cs`), each decoding
 Multi30k test2016 once at the end with its weights and alpha chosen on val.

@@ -6,7 +6,7 @@ sentencepiece pieces: the detokenized text encoded again with the run's vocabula
     stutter_count(outputs, run.vocabulary())  # outputs with a piece 4+ times in a row
 """
 
-STUTTER_RUN = 4  # a piece this many times in a row (issue 70's definition)
+STUTTER_RUN = 4  # a piece this many times in a row counts as a stutter
 
 
 def stutters(pieces, run=STUTTER_RUN):
